@@ -1,0 +1,42 @@
+"""tfgpu: keep every accelerator busy for TensorFlow work.
+
+``import tfgpu`` is cheap and does not import TensorFlow: the public names below load their modules
+on first use, so ``tfgpu doctor`` and ``tfgpu.configure`` can run before TensorFlow touches a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# public name -> (module, attribute); attribute None exports the module itself
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "configure": ("tfgpu.runtime", "configure"),
+    "RuntimeConfig": ("tfgpu.config", "RuntimeConfig"),
+    "strategy": ("tfgpu.distribute", "strategy"),
+    "doctor": ("tfgpu.doctor", None),
+    "choices": ("tfgpu.choices", None),
+    "TfgpuError": ("tfgpu.errors", "TfgpuError"),
+    "ConfigError": ("tfgpu.errors", "ConfigError"),
+    "TooLateError": ("tfgpu.errors", "TooLateError"),
+    "ClusterError": ("tfgpu.errors", "ClusterError"),
+    "InputError": ("tfgpu.errors", "InputError"),
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'tfgpu' has no attribute {name!r}")
+    module_name, attribute = _EXPORTS[name]
+    module = importlib.import_module(module_name)
+    value = module if attribute is None else getattr(module, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

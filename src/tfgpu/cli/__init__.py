@@ -1,0 +1,40 @@
+"""The ``tfgpu`` command: one module per subcommand, each thin over the library.
+
+Each subcommand module has ``register(subparsers)`` and ``run(args) -> int``. Errors the user can
+fix (:class:`tfgpu.errors.TfgpuError`) become one message and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from tfgpu.cli import _common
+
+SUBCOMMANDS = ("doctor", "demo")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfgpu",
+        description="Keep every accelerator busy for TensorFlow work.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log what tfgpu does (to stderr)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"tfgpu.cli.{name}")
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _common.setup_logging(verbose=args.verbose)
+    return _common.guarded(lambda: args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from tfgpu.cli import main
+
+sys.exit(main())

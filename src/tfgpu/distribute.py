@@ -1,0 +1,161 @@
+"""``tfgpu.strategy()`` (module ``tfgpu.distribute``): the right tf.distribute strategy for this process, chosen by rules.
+
+The rules, in order (a name passed in, or TFGPU_STRATEGY, forces one):
+
+1. TF_CONFIG with a "ps" task -> ParameterServerStrategy (the chief coordinates; workers and ps
+   tasks serve the cluster);
+2. TF_CONFIG with several tasks -> MultiWorkerMirroredStrategy, created before any other op;
+3. more than one GPU -> MirroredStrategy over them;
+4. one GPU -> OneDeviceStrategy on it;
+5. several logical CPU devices -> MirroredStrategy over them;
+6. otherwise the CPU (OneDeviceStrategy on CPU:0).
+
+``choose`` is pure (it is the rule table), ``strategy`` looks at this process and builds the result.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfgpu import choices, cluster, env
+from tfgpu.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+NAMES = ("auto", "default", "one-device", "mirrored", "multi-worker", "parameter-server")
+DISPLAY = {
+    "default": "DefaultStrategy",
+    "one-device": "OneDeviceStrategy",
+    "mirrored": "MirroredStrategy",
+    "multi-worker": "MultiWorkerMirroredStrategy",
+    "parameter-server": "ParameterServerStrategy",
+}
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """What ``choose`` decided: the kind, the devices (for local strategies) and why."""
+
+    kind: str  # one of NAMES except auto
+    devices: tuple[str, ...]
+    reason: str
+
+
+def choose(
+    *,
+    name: str | None,
+    spec: cluster.ClusterSpec | None,
+    gpus: int,
+    logical_cpus: int,
+) -> StrategyChoice:
+    """The rule table: which strategy for this name, cluster and device count."""
+    name = (name or "auto").strip().lower()
+    if name not in NAMES:
+        raise ConfigError("Unknown strategy name", value=name, fix=f"use one of: {', '.join(NAMES)}")
+    gpu_devices = tuple(f"/gpu:{i}" for i in range(gpus))
+    cpu_devices = tuple(f"/cpu:{i}" for i in range(logical_cpus))
+    local = gpu_devices or cpu_devices
+    if name in ("multi-worker", "parameter-server") and spec is None:
+        raise ConfigError(
+            f"Strategy {name!r} needs a cluster, but TF_CONFIG is not set",
+            value=name,
+            fix="run under `tfgpu launch`, or set TF_CONFIG",
+        )
+    if name == "parameter-server" or (name == "auto" and spec is not None and spec.has_ps):
+        if spec is None or not spec.has_ps:
+            raise ConfigError(
+                "Strategy 'parameter-server' needs 'ps' tasks in TF_CONFIG",
+                value=None if spec is None else sorted(spec.cluster),
+                fix="add a 'ps' role to the cluster, or let tfgpu choose",
+            )
+        return StrategyChoice("parameter-server", (), f"TF_CONFIG has {len(spec.cluster['ps'])} ps task(s)")
+    if name == "multi-worker" or (name == "auto" and spec is not None and spec.num_tasks > 1):
+        assert spec is not None
+        return StrategyChoice("multi-worker", (), f"TF_CONFIG has {spec.num_tasks} tasks")
+    if name == "mirrored" or (name == "auto" and len(local) > 1):
+        kind = "GPUs" if gpu_devices else "logical CPU devices"
+        return StrategyChoice("mirrored", local, f"{len(local)} {kind}")
+    if name == "default":
+        return StrategyChoice("default", (), "asked for")
+    if gpu_devices:
+        return StrategyChoice("one-device", gpu_devices[:1], "one GPU")
+    return StrategyChoice("one-device", ("/cpu:0",), "no GPU")
+
+
+def local_device_counts() -> tuple[int, int]:
+    """(GPUs, logical CPU devices) TensorFlow will give this process, without initializing it."""
+    import tensorflow as tf
+
+    gpus = 0
+    for gpu in tf.config.get_visible_devices("GPU"):
+        logical = tf.config.get_logical_device_configuration(gpu)
+        gpus += len(logical) if logical else 1
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    logical_cpus = len(tf.config.get_logical_device_configuration(cpu) or [None])
+    return gpus, logical_cpus
+
+
+def strategy(
+    name: str | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    serve: bool = True,
+) -> Any:
+    """Create the tf.distribute strategy for this process and record the choice.
+
+    ``name`` forces a kind (see NAMES); otherwise TFGPU_STRATEGY, otherwise the rules above.
+    On a worker or ps task of a parameter-server cluster there is nothing to drive: with
+    ``serve=True`` (the default) this call runs the task's server and does not return.
+    """
+    environ = os.environ if environ is None else environ
+    spec = cluster.from_environ(environ)
+    name = name or env.strategy_name(environ)
+    if spec is not None and spec.num_tasks > 1:
+        gpus, logical_cpus = 0, 1  # a cluster decides before anything touches the devices
+    else:
+        gpus, logical_cpus = local_device_counts()
+    picked = choose(name=name, spec=spec, gpus=gpus, logical_cpus=logical_cpus)
+    built = _build(picked, spec, serve=serve)
+    description = DISPLAY[picked.kind]
+    replicas = getattr(built, "num_replicas_in_sync", None)
+    if picked.kind != "parameter-server" and replicas is not None:
+        description += f" x{replicas}"
+    choices.record("strategy", description, picked.reason)
+    return built
+
+
+def _build(picked: StrategyChoice, spec: cluster.ClusterSpec | None, *, serve: bool) -> Any:
+    import tensorflow as tf
+
+    if picked.kind == "parameter-server":
+        assert spec is not None
+        return _parameter_server(tf, spec, serve=serve)
+    if picked.kind == "multi-worker":
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    if picked.kind == "mirrored":
+        return tf.distribute.MirroredStrategy(devices=list(picked.devices) or None)
+    if picked.kind == "default":
+        return tf.distribute.get_strategy()
+    return tf.distribute.OneDeviceStrategy(picked.devices[0])
+
+
+def _parameter_server(tf: Any, spec: cluster.ClusterSpec, *, serve: bool) -> Any:
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    if spec.task_type in ("worker", "ps"):
+        os.environ.setdefault("GRPC_FAIL_FAST", "use_caller")
+        server = tf.distribute.Server(
+            resolver.cluster_spec(),
+            job_name=spec.task_type,
+            task_index=spec.task_index,
+            protocol=resolver.rpc_layer or "grpc",
+            start=True,
+        )
+        log.info("serving as %s %d of a parameter-server cluster", spec.task_type, spec.task_index)
+        if serve:
+            server.join()
+        return server
+    return tf.distribute.ParameterServerStrategy(resolver)

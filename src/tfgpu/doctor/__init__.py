@@ -1,0 +1,94 @@
+"""``tfgpu doctor``: is TensorFlow using the GPU, and if not, exactly why and what to do.
+
+``run()`` gathers facts (NVML in this process, TensorFlow in a child process) and applies the
+checks in :mod:`tfgpu.doctor.checks`. It never initializes TensorFlow's GPU runtime in the caller.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfgpu import env, nvml
+from tfgpu.doctor.checks import FAIL, WARN, CheckResult, Facts, run_checks
+from tfgpu.doctor.tfprobe import run_probe
+
+__all__ = ["CheckResult", "DoctorReport", "Facts", "gather_facts", "run"]
+
+_ENV_SHOWN = (
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "TF_CONFIG",
+    "TF_FORCE_GPU_ALLOW_GROWTH",
+    "TF_GPU_ALLOCATOR",
+    "TF_GPU_THREAD_MODE",
+    "TF_USE_LEGACY_KERAS",
+    "TF_XLA_FLAGS",
+    "LD_LIBRARY_PATH",
+)
+
+
+@dataclass
+class DoctorReport:
+    facts: Facts
+    checks: list[CheckResult]
+
+    @property
+    def failed(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == FAIL]
+
+    @property
+    def warnings(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == WARN]
+
+    @property
+    def headline(self) -> str:
+        return self.checks[0].finding if self.checks else "no checks ran"
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "headline": self.headline,
+            "ok": not self.failed,
+            "checks": [c.to_dict() for c in self.checks],
+            "facts": self.facts.to_dict(),
+        }
+
+
+def gather_facts(
+    *,
+    deep: bool = False,
+    nvml_module: Any | None = None,
+    tf_probe: dict[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Facts:
+    """Collect the facts the checks read. Tests pass a fake NVML and a recorded probe."""
+    environ = os.environ if environ is None else environ
+    report = nvml.probe(nvml_module)
+    probe = tf_probe if tf_probe is not None else run_probe(deep=deep)
+    return Facts(
+        python=tuple(sys.version_info[:3]),  # type: ignore[arg-type]
+        cpu_count=os.cpu_count() or 1,
+        nvml=report,
+        tf=probe,
+        environ={k: environ[k] for k in _ENV_SHOWN if k in environ},
+        unknown_tfgpu_variables=env.unknown_variables(environ),
+    )
+
+
+def run(
+    *,
+    deep: bool = False,
+    nvml_module: Any | None = None,
+    tf_probe: dict[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> DoctorReport:
+    """Gather facts and run every check."""
+    facts = gather_facts(deep=deep, nvml_module=nvml_module, tf_probe=tf_probe, environ=environ)
+    return DoctorReport(facts=facts, checks=run_checks(facts))

@@ -1,0 +1,548 @@
+"""Doctor's checks: one function each, from gathered Facts to CheckResults.
+
+A check never probes anything itself; it reads Facts (NVML, the TensorFlow child probe, the
+environment), so every path, GPU ones included, is testable with made-up facts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tfgpu import cluster, nvml, versions
+from tfgpu.doctor import known_issues
+from tfgpu.errors import ClusterError
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+INSTALL_GPU_TF = 'pip install "tensorflow[and-cuda]"'
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: str  # ok | warn | fail
+    finding: str
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Facts:
+    """Everything doctor knows about this machine, gathered once."""
+
+    python: tuple[int, int, int]
+    cpu_count: int
+    nvml: nvml.NvmlReport
+    tf: dict[str, Any]
+    environ: dict[str, str] = field(default_factory=dict)
+    unknown_tfgpu_variables: list[str] = field(default_factory=list)
+
+    @property
+    def tf_ok(self) -> bool:
+        return bool(self.tf.get("ok"))
+
+    @property
+    def visible_gpus(self) -> tuple[nvml.GpuInfo, ...]:
+        return nvml.visible(self.nvml, self.environ.get("CUDA_VISIBLE_DEVICES"))
+
+    @property
+    def tf_gpu_count(self) -> int:
+        return len(self.tf.get("gpus") or [])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "python": ".".join(map(str, self.python)),
+            "cpu_count": self.cpu_count,
+            "nvml": self.nvml.to_dict(),
+            "tensorflow": self.tf,
+            "environment": self.environ,
+        }
+
+
+def _py(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def check_python(f: Facts) -> CheckResult:
+    current = f.python[:2]
+    tf_version = f.tf.get("tensorflow") if f.tf_ok else None
+    supported = versions.python_range(tf_version or "2.21")
+    label = f"TensorFlow {tf_version}" if tf_version else "current TensorFlow (2.21)"
+    if supported is None:
+        return CheckResult("python", OK, f"Python {_py(current)} (no support table for {label})")
+    low, high = supported
+    if low <= current <= high:
+        return CheckResult(
+            "python", OK, f"Python {_py(current)}, supported by {label} ({_py(low)}-{_py(high)})"
+        )
+    return CheckResult(
+        "python",
+        FAIL,
+        f"Python {_py(current)} is outside {label}'s supported {_py(low)}-{_py(high)}",
+        f"use Python {_py(low)} to {_py(high)} in a new virtual environment",
+    )
+
+
+def check_tensorflow(f: Facts) -> CheckResult:
+    if not f.tf_ok:
+        return CheckResult(
+            "tensorflow",
+            FAIL,
+            f"TensorFlow cannot be imported: {f.tf.get('error', 'unknown error')}",
+            f"{INSTALL_GPU_TF} (Linux with an NVIDIA GPU) or pip install tensorflow",
+        )
+    version = f.tf["tensorflow"]
+    if versions.parse_version(version) < (2, 16):
+        return CheckResult(
+            "tensorflow",
+            WARN,
+            f"TensorFlow {version}: older than 2.16 (Keras 2); tfgpu is tested on 2.21",
+            "upgrade unless you need tf.estimator (then see tfgpu.estimator)",
+        )
+    return CheckResult("tensorflow", OK, f"TensorFlow {version}")
+
+
+def check_build(f: Facts) -> CheckResult:
+    if not f.tf_ok:
+        return CheckResult("tensorflow-build", WARN, "unknown: TensorFlow cannot be imported")
+    build = f.tf.get("build") or {}
+    if f.tf.get("cuda_build"):
+        caps = ", ".join(build.get("cuda_compute_capabilities") or []) or "?"
+        return CheckResult(
+            "tensorflow-build",
+            OK,
+            f"built for CUDA {build.get('cuda_version', '?')}, cuDNN {build.get('cudnn_version', '?')}, "
+            f"compute capabilities {caps}",
+        )
+    if f.nvml.gpus:
+        return CheckResult(
+            "tensorflow-build",
+            FAIL,
+            f"this TensorFlow is a CPU-only build, but the machine has {len(f.nvml.gpus)} NVIDIA GPU(s)",
+            f"pip uninstall tensorflow-cpu tensorflow; {INSTALL_GPU_TF}",
+        )
+    return CheckResult("tensorflow-build", OK, "CPU-only build (this machine has no NVIDIA GPU)")
+
+
+def check_keras(f: Facts) -> CheckResult:
+    if not f.tf_ok:
+        return CheckResult("keras", WARN, "unknown: TensorFlow cannot be imported")
+    version = f.tf.get("keras", "?")
+    if f.tf.get("legacy_keras"):
+        return CheckResult(
+            "keras",
+            WARN,
+            f"TF_USE_LEGACY_KERAS is set: tf.keras is Keras 2 (tf_keras); tfgpu targets Keras 3 ({version})",
+            "unset TF_USE_LEGACY_KERAS unless your code needs Keras 2",
+        )
+    if versions.parse_version(version) < (3,):
+        return CheckResult("keras", WARN, f"Keras {version} (Keras 2)", "pip install 'keras>=3'")
+    return CheckResult("keras", OK, f"Keras {version}")
+
+
+_DRIVER_MISSING = {
+    "library-not-found": (
+        WARN,
+        "no NVIDIA driver (the NVML library is not installed), so TensorFlow runs on the CPU",
+        "if this machine has an NVIDIA GPU, install the NVIDIA driver (>= 525.60.13 for CUDA 12)",
+    ),
+    "driver-not-loaded": (
+        FAIL,
+        "the NVIDIA driver is installed but not loaded",
+        "load it (sudo modprobe nvidia) or reboot after a kernel or driver update",
+    ),
+    "driver-library-mismatch": (
+        FAIL,
+        "the NVIDIA kernel driver and its user-space library differ in version",
+        "reboot, or reinstall one driver version",
+    ),
+    "no-permission": (
+        FAIL,
+        "no permission to talk to the NVIDIA driver",
+        "run as a user in the video group, or check the container's device mounts",
+    ),
+    "not-installed": (
+        WARN,
+        "nvidia-ml-py is not installed, so GPUs cannot be inspected",
+        "pip install nvidia-ml-py",
+    ),
+}
+
+
+def check_driver(f: Facts) -> CheckResult:
+    report = f.nvml
+    if report.available:
+        cuda = f", supports CUDA up to {report.cuda_driver_version}" if report.cuda_driver_version else ""
+        return CheckResult("nvidia-driver", OK, f"driver {report.driver_version}{cuda}")
+    status, finding, fix = _DRIVER_MISSING.get(
+        report.error_kind or "", (FAIL, f"NVML failed: {report.error}", "check the driver installation")
+    )
+    return CheckResult("nvidia-driver", status, finding, fix)
+
+
+def check_gpus(f: Facts) -> list[CheckResult]:
+    if not f.nvml.available:
+        return []
+    if not f.nvml.gpus:
+        return [
+            CheckResult(
+                "gpus",
+                WARN,
+                "the driver is loaded but reports no GPU",
+                "check the GPU is seated, or the container's --gpus flag",
+            )
+        ]
+    results = []
+    for gpu in f.nvml.gpus:
+        name = f"gpu:{gpu.index}"
+        finding = (
+            f"{gpu.name}, compute capability {gpu.cc_text}, "
+            f"{gpu.memory_used_mb:.0f}/{gpu.memory_total_mb:.0f} MiB used"
+        )
+        if gpu.mig_enabled:
+            finding += ", MIG enabled"
+            results.append(
+                CheckResult(
+                    name,
+                    WARN,
+                    finding,
+                    "a process sees one MIG instance: set CUDA_VISIBLE_DEVICES=MIG-<uuid> per process (nvidia-smi -L lists them)",
+                )
+            )
+            continue
+        others = [p for p in gpu.processes if p.used_mb]
+        if others and gpu.memory_used_mb > 0.5 * gpu.memory_total_mb:
+            holders = ", ".join(f"pid {p.pid} {p.name} {p.used_mb:.0f} MiB" for p in others[:4])
+            results.append(
+                CheckResult(
+                    name,
+                    WARN,
+                    f"{finding}; held by {holders}",
+                    "stop those processes, or cap memory: tfgpu.configure(memory_limit_mb=...)",
+                )
+            )
+            continue
+        if gpu.processes:
+            finding += f", {len(gpu.processes)} process(es)"
+        results.append(CheckResult(name, OK, finding))
+    return results
+
+
+def check_driver_cuda(f: Facts) -> CheckResult | None:
+    if not (f.nvml.available and f.nvml.cuda_driver_version and f.tf_ok and f.tf.get("cuda_build")):
+        return None
+    needed_text = str((f.tf.get("build") or {}).get("cuda_version", ""))
+    if not needed_text:
+        return None
+    needed = versions.parse_version(needed_text)[:2]
+    have = versions.parse_version(f.nvml.cuda_driver_version)[:2]
+    minimum = versions.MIN_DRIVER_FOR_CUDA_MAJOR.get(needed[0], "a newer one")
+    if have[0] < needed[0]:
+        return CheckResult(
+            "driver-cuda",
+            FAIL,
+            f"driver {f.nvml.driver_version} supports CUDA {f.nvml.cuda_driver_version}, "
+            f"but TensorFlow was built for CUDA {needed_text}",
+            f"install an NVIDIA driver >= {minimum} (CUDA {needed[0]}.x)",
+        )
+    if have < needed:
+        return CheckResult(
+            "driver-cuda",
+            WARN,
+            f"driver supports CUDA {f.nvml.cuda_driver_version}, older than TensorFlow's CUDA {needed_text}: "
+            "it runs through minor-version compatibility, but JIT-compiling newer PTX (XLA) fails",
+            f"update the driver to one that supports CUDA {needed[0]}.{needed[1]} or later",
+        )
+    return CheckResult(
+        "driver-cuda", OK, f"driver's CUDA {f.nvml.cuda_driver_version} >= TensorFlow's CUDA {needed_text}"
+    )
+
+
+def check_compute_capability(f: Facts) -> list[CheckResult]:
+    compiled = (f.tf.get("build") or {}).get("cuda_compute_capabilities") or []
+    if not (compiled and f.tf.get("cuda_build")):
+        return []
+    results = []
+    for gpu in f.visible_gpus:
+        support, entry = versions.capability_support(gpu.compute_capability, compiled)
+        name = f"gpu:{gpu.index}-kernels"
+        if support == "native":
+            results.append(
+                CheckResult(name, OK, f"compute capability {gpu.cc_text} runs TensorFlow's {entry} kernels")
+            )
+        elif support == "ptx-jit":
+            results.append(
+                CheckResult(
+                    name,
+                    WARN,
+                    f"no machine code for compute capability {gpu.cc_text}: the driver JIT-compiles {entry} PTX "
+                    "at start-up (minutes the first time)",
+                    "keep the JIT cache between runs: export CUDA_CACHE_MAXSIZE=4294967296",
+                )
+            )
+        else:
+            results.append(
+                CheckResult(
+                    name,
+                    FAIL,
+                    f"TensorFlow has no kernels for compute capability {gpu.cc_text} (built for {', '.join(compiled)})",
+                    "use a GPU of compute capability >= 6.0, an older TensorFlow built for this GPU, or build from source",
+                )
+            )
+    return results
+
+
+def check_cuda_visible_devices(f: Facts) -> CheckResult:
+    value = f.environ.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return CheckResult("cuda-visible-devices", OK, f"not set: all {len(f.nvml.gpus)} GPU(s) visible")
+    visible = f.visible_gpus
+    if f.nvml.gpus and not visible:
+        return CheckResult(
+            "cuda-visible-devices",
+            FAIL,
+            f"CUDA_VISIBLE_DEVICES={value!r} hides every GPU ({len(f.nvml.gpus)} present)",
+            "unset CUDA_VISIBLE_DEVICES, or set it to GPU indices such as 0,1",
+        )
+    entries = [e for e in value.split(",") if e.strip()]
+    if f.nvml.gpus and len(visible) < len(entries):
+        return CheckResult(
+            "cuda-visible-devices",
+            WARN,
+            f"CUDA_VISIBLE_DEVICES={value!r}: CUDA stops at the first entry that matches no GPU, "
+            f"so only {len(visible)} of {len(entries)} are visible",
+            f"use indices from 0 to {len(f.nvml.gpus) - 1}, or GPU UUIDs",
+        )
+    return CheckResult(
+        "cuda-visible-devices", OK, f"CUDA_VISIBLE_DEVICES={value!r}: {len(visible)} GPU(s) visible"
+    )
+
+
+# TensorFlow log line -> (cause, fix) for GPUs it skipped.
+_LOG_CAUSES: tuple[tuple[str, str, str], ...] = (
+    (
+        "Cannot dlopen some GPU libraries",
+        "TensorFlow cannot load the CUDA/cuDNN libraries",
+        f"{INSTALL_GPU_TF} (pip installs matching CUDA libraries), or add the CUDA libraries to LD_LIBRARY_PATH",
+    ),
+    (
+        "minimum required Cuda capability",
+        "the GPU's compute capability is below TensorFlow's minimum",
+        "use a newer GPU or an older TensorFlow",
+    ),
+    (
+        "driver version is insufficient",
+        "the NVIDIA driver is too old for TensorFlow's CUDA",
+        "update the NVIDIA driver",
+    ),
+    (
+        "failed call to cuInit",
+        "CUDA could not initialize the driver",
+        "check the driver loads (nvidia-smi), reboot after driver updates, and that the container has the GPUs",
+    ),
+    (
+        "Could not find cuda drivers",
+        "TensorFlow found no CUDA driver library (libcuda.so)",
+        "install the NVIDIA driver, or mount it into the container (--gpus all)",
+    ),
+)
+
+
+def _cause_from_logs(lines: list[str]) -> tuple[str, str] | None:
+    for needle, cause, fix in _LOG_CAUSES:
+        match = next((line for line in lines if needle in line), None)
+        if match:
+            return f"{cause} (TensorFlow logged: {match[:160]})", fix
+    return None
+
+
+def check_tensorflow_gpus(f: Facts) -> CheckResult:
+    """The headline: is TensorFlow using the GPUs, and if not, why."""
+    name = "tensorflow-gpus"
+    if not f.tf_ok:
+        return CheckResult(name, FAIL, "TensorFlow cannot be imported, so it uses no GPU", INSTALL_GPU_TF)
+    seen, expected = f.tf_gpu_count, len(f.visible_gpus)
+    if seen and seen >= expected:
+        return CheckResult(name, OK, f"TensorFlow uses {seen} GPU(s)")
+    if not f.nvml.gpus:
+        why = _DRIVER_MISSING.get(f.nvml.error_kind or "", (None, "NVML reports no GPU", None))[1]
+        if not f.tf.get("cuda_build"):
+            why += "; this TensorFlow is also a CPU-only build"
+        return CheckResult(
+            name,
+            WARN,
+            f"TensorFlow is not using a GPU: {why}",
+            "nothing to do on a machine without an NVIDIA GPU; TensorFlow runs on the CPU",
+        )
+    if not expected:
+        value = f.environ.get("CUDA_VISIBLE_DEVICES")
+        return CheckResult(
+            name,
+            FAIL,
+            f"TensorFlow is not using a GPU: CUDA_VISIBLE_DEVICES={value!r} hides them all",
+            "unset CUDA_VISIBLE_DEVICES",
+        )
+    if not f.tf.get("cuda_build"):
+        return CheckResult(
+            name, FAIL, f"TensorFlow sees 0 of {expected} GPU(s): it is a CPU-only build", INSTALL_GPU_TF
+        )
+    cause = _cause_from_logs(f.tf.get("log_lines") or [])
+    finding = f"TensorFlow sees {seen} of the {expected} GPU(s) NVML reports"
+    if cause:
+        return CheckResult(name, FAIL, f"{finding}: {cause[0]}", cause[1])
+    return CheckResult(
+        name,
+        FAIL,
+        f"{finding}; TensorFlow logged no reason",
+        "run: TF_CPP_MIN_LOG_LEVEL=0 python -c 'import tensorflow as tf; tf.config.list_physical_devices()' and read the log",
+    )
+
+
+def check_mixed_precision(f: Facts) -> CheckResult:
+    gpus = f.visible_gpus
+    if not gpus:
+        return CheckResult(
+            "mixed-precision", OK, "no GPU: float32 (precision='auto' keeps float32 on the CPU)"
+        )
+    lowest = min(g.compute_capability for g in gpus)
+    cc = f"{lowest[0]}.{lowest[1]}"
+    if lowest >= (8, 0):
+        return CheckResult(
+            "mixed-precision",
+            OK,
+            f"compute capability {cc}: bf16 and fp16 on Tensor Cores; precision='auto' picks bf16",
+        )
+    if lowest >= (7, 0):
+        return CheckResult(
+            "mixed-precision",
+            OK,
+            f"compute capability {cc}: fp16 on Tensor Cores (bf16 needs 8.0); precision='auto' picks fp16",
+        )
+    return CheckResult(
+        "mixed-precision",
+        WARN,
+        f"compute capability {cc}: no Tensor Cores (fp16 needs 7.0), mixed precision will not speed up",
+        "keep precision='fp32' on this GPU",
+    )
+
+
+def check_known_issues(f: Facts) -> list[CheckResult]:
+    if not f.tf_ok:
+        return []
+    found = known_issues.applicable(
+        f.tf["tensorflow"], f.tf.get("keras"), estimator_package=bool(f.tf.get("estimator_package"))
+    )
+    return [CheckResult(f"known:{i.key}", WARN, i.title, f"{i.fix} (see {i.link})") for i in found]
+
+
+def check_estimator(f: Facts) -> CheckResult | None:
+    if not f.tf_ok:
+        return None
+    if f.tf.get("estimator"):
+        return CheckResult(
+            "estimator",
+            OK,
+            f"tf.estimator is available (TensorFlow {f.tf['tensorflow']}); tfgpu.estimator configures it for GPUs",
+        )
+    return CheckResult(
+        "estimator",
+        OK,
+        "tf.estimator is absent (removed in TensorFlow 2.16): migrate Estimators to tfgpu.Trainer, see docs/migrating-from-estimator.md",
+    )
+
+
+def check_environment(f: Facts) -> list[CheckResult]:
+    results = []
+    if f.unknown_tfgpu_variables:
+        results.append(
+            CheckResult(
+                "tfgpu-variables",
+                WARN,
+                f"unknown TFGPU_* variables: {', '.join(f.unknown_tfgpu_variables)} (a typo?)",
+                "see tfgpu.env for the variables tfgpu reads",
+            )
+        )
+    text = f.environ.get("TF_CONFIG")
+    if text:
+        try:
+            spec = cluster.from_environ({"TF_CONFIG": text})
+        except ClusterError as exc:
+            results.append(CheckResult("tf-config", FAIL, exc.what, exc.fix))
+        else:
+            if spec is not None:
+                results.append(
+                    CheckResult(
+                        "tf-config",
+                        OK,
+                        f"TF_CONFIG: {spec.task_type} {spec.task_index} of {json.dumps({k: len(v) for k, v in spec.cluster.items()})}",
+                    )
+                )
+    return results
+
+
+def check_deep(f: Facts) -> list[CheckResult]:
+    deep = f.tf.get("deep")
+    if not deep:
+        return []
+    results = [
+        CheckResult(
+            f"matmul:{m['device'].split('device:')[-1]}",
+            OK,
+            f"{m['gflops']:.1f} GFLOP/s on a {m['size']}x{m['size']} float32 matmul",
+        )
+        for m in deep.get("matmul", [])
+    ]
+    rep = deep.get("replicas") or {}
+    if rep:
+        single, multi = rep.get("single", []), rep.get("replicated", [])
+        if rep.get("finite") and rep.get("agree"):
+            results.append(
+                CheckResult(
+                    "replicas",
+                    OK,
+                    f"{rep.get('replicas', 2)} replicas ({', '.join(rep['devices'])}) match 1 over {len(single)} steps (last loss {single[-1]:.5f})",
+                )
+            )
+        else:
+            results.append(
+                CheckResult(
+                    "replicas",
+                    FAIL,
+                    f"2-replica losses {multi} differ from 1-replica losses {single}",
+                    "report it with `tfgpu doctor --deep --json`; train with tfgpu.Trainer and compare against one device",
+                )
+            )
+    return results
+
+
+CHECKS: tuple[Callable[[Facts], CheckResult | list[CheckResult] | None], ...] = (
+    check_tensorflow_gpus,
+    check_python,
+    check_tensorflow,
+    check_build,
+    check_keras,
+    check_driver,
+    check_gpus,
+    check_driver_cuda,
+    check_compute_capability,
+    check_cuda_visible_devices,
+    check_mixed_precision,
+    check_environment,
+    check_estimator,
+    check_known_issues,
+    check_deep,
+)
+
+
+def run_checks(f: Facts) -> list[CheckResult]:
+    results: list[CheckResult] = []
+    for check in CHECKS:
+        out = check(f)
+        if out is None:
+            continue
+        results.extend(out if isinstance(out, list) else [out])
+    return results

@@ -1,0 +1,149 @@
+"""What TensorFlow itself says, asked in a child process.
+
+Run as ``python -m tfgpu.doctor.tfprobe [--deep]``: prints one JSON object on stdout. The parent
+(``run_probe``) keeps TensorFlow's log lines from stderr, because the reason TensorFlow skips a GPU
+("Cannot dlopen some GPU libraries") is only ever printed there. Running in a child means doctor
+never initializes TensorFlow's GPU runtime in the caller, so a program may call it before
+``tfgpu.configure``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from typing import Any
+
+from tfgpu import selfcheck
+
+# TensorFlow log lines that explain why a GPU is not used.
+LOG_PATTERNS = (
+    r"Cannot dlopen some GPU libraries",
+    r"Could not find cuda drivers",
+    r"failed call to cuInit",
+    r"Could not load dynamic library",
+    r"Ignoring visible gpu device",
+    r"minimum required Cuda capability",
+    r"Skipping registering GPU devices",
+    r"driver version is insufficient",
+    r"CUDA_ERROR_\w+",
+    r"Loaded runtime CuDNN library",
+    r"TensorFlow was not built with CUDA",
+)
+_LOG_RE = re.compile("|".join(LOG_PATTERNS))
+
+
+def interesting_lines(stderr: str, *, limit: int = 20) -> list[str]:
+    """TensorFlow log lines that bear on GPU use, prefixes stripped, duplicates dropped."""
+    seen: list[str] = []
+    for line in stderr.splitlines():
+        if _LOG_RE.search(line):
+            text = re.sub(r"^[IWEF]\d{4} [\d:.]+\s+\d+\s+\S+\]\s*", "", line.strip())
+            if text not in seen:
+                seen.append(text)
+    return seen[:limit]
+
+
+def run_probe(*, deep: bool = False, timeout: float = 300.0) -> dict[str, Any]:
+    """Run the probe in a child Python; always returns a dict (``ok`` False on failure)."""
+    env = dict(os.environ)
+    env["TF_CPP_MIN_LOG_LEVEL"] = "0"  # the reasons are logged at INFO / WARNING
+    env.pop("TF_CONFIG", None)  # probing must not try to join the user's cluster
+    command = [sys.executable, "-m", "tfgpu.doctor.tfprobe"] + (["--deep"] if deep else [])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"the TensorFlow probe did not finish in {timeout:.0f} s"}
+    lines = interesting_lines(done.stderr)
+    try:
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        tail = done.stderr.strip().splitlines()[-3:]
+        result = {"ok": False, "error": "the TensorFlow probe crashed: " + " | ".join(tail)}
+    result["log_lines"] = lines
+    return result
+
+
+def _gather(tf: Any) -> dict[str, Any]:
+    import keras
+
+    gpus = tf.config.list_physical_devices("GPU")
+    details = []
+    for gpu in gpus:
+        try:
+            info = dict(tf.config.experimental.get_device_details(gpu))
+        except Exception:  # details are a bonus
+            info = {}
+        cc = info.get("compute_capability")
+        details.append(
+            {
+                "name": gpu.name,
+                "device_name": info.get("device_name"),
+                "compute_capability": list(cc) if cc else None,
+            }
+        )
+    build = {k: (list(v) if isinstance(v, tuple) else v) for k, v in tf.sysconfig.get_build_info().items()}
+    try:
+        import tensorflow_estimator  # noqa: F401
+
+        estimator_package = True
+    except ImportError:
+        estimator_package = False
+    return {
+        "ok": True,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "legacy_keras": os.environ.get("TF_USE_LEGACY_KERAS", "") in ("1", "true", "True"),
+        "cuda_build": bool(tf.test.is_built_with_cuda()),
+        "build": build,
+        "gpus": details,
+        "estimator": hasattr(tf, "estimator") and hasattr(tf.estimator, "Estimator"),
+        "estimator_package": estimator_package,
+    }
+
+
+def _matmul_rates(tf: Any) -> list[dict[str, Any]]:
+    """GFLOP/s of a float32 matmul on each GPU (or on the CPU when there is none)."""
+    devices = [d.name for d in tf.config.list_logical_devices("GPU")] or ["/device:CPU:0"]
+    rates = []
+    for device in devices:
+        n = 4096 if "GPU" in device else 1024
+        with tf.device(device):
+            a = tf.random.uniform((n, n))
+            b = tf.random.uniform((n, n))
+            tf.reduce_sum(tf.matmul(a, b)).numpy()  # warm-up
+            repeats = 5
+            start = time.perf_counter()
+            for _ in range(repeats):
+                c = tf.matmul(a, b)
+            tf.reduce_sum(c).numpy()
+            seconds = time.perf_counter() - start
+        rates.append({"device": device, "size": n, "gflops": round(2 * n**3 * repeats / seconds / 1e9, 1)})
+    return rates
+
+
+def main(argv: list[str]) -> int:
+    deep = "--deep" in argv
+    try:
+        if deep:
+            import tensorflow as tf
+
+            if len(tf.config.list_physical_devices("GPU")) < 2:
+                cpu = tf.config.list_physical_devices("CPU")[0]
+                tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+        import tensorflow as tf
+
+        result = _gather(tf)
+        if deep:
+            result["deep"] = {"matmul": _matmul_rates(tf), "replicas": selfcheck.replica_agreement(tf)}
+    except Exception as exc:  # reported to the parent as data, not a crash
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(result, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,127 @@
+"""Every TFGPU_* environment variable, read in this one module.
+
+The launcher (``tfgpu launch``) hands settings to each process through these variables, and
+``tfgpu.configure`` reads them; explicit arguments always win over the environment. Each reader
+parses and checks its variable here, so a bad value is reported with the variable's name.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tfgpu.errors import ConfigError
+
+PREFIX = "TFGPU_"
+
+# variable -> (RuntimeConfig field, parser name). Keep in step with RuntimeConfig.
+RUNTIME_VARIABLES: dict[str, tuple[str, str]] = {
+    "TFGPU_VISIBLE_GPUS": ("visible_gpus", "gpus"),
+    "TFGPU_MEMORY_GROWTH": ("memory_growth", "bool"),
+    "TFGPU_MEMORY_LIMIT_MB": ("memory_limit_mb", "int"),
+    "TFGPU_MEMORY_FRACTION": ("memory_fraction", "float"),
+    "TFGPU_LOGICAL_CPUS": ("logical_cpus", "int"),
+    "TFGPU_ALLOCATOR": ("allocator", "str"),
+    "TFGPU_PRECISION": ("precision", "str"),
+    "TFGPU_XLA": ("xla", "bool"),
+    "TFGPU_INTRA_OP_THREADS": ("intra_op_threads", "int"),
+    "TFGPU_INTER_OP_THREADS": ("inter_op_threads", "int"),
+    "TFGPU_DETERMINISTIC": ("deterministic", "bool"),
+    "TFGPU_SEED": ("seed", "int"),
+}
+STRATEGY_VARIABLE = "TFGPU_STRATEGY"
+PROGRESS_VARIABLE = "TFGPU_PROGRESS"
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse(name: str, raw: str, kind: str) -> Any:
+    text = raw.strip()
+    try:
+        if kind == "bool":
+            if text.lower() in _TRUE:
+                return True
+            if text.lower() in _FALSE:
+                return False
+            raise ValueError
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "gpus":
+            return parse_gpu_list(text)
+        return text
+    except (ValueError, ConfigError):
+        expected = {
+            "bool": "one of 1/0, true/false, yes/no, on/off",
+            "int": "a whole number",
+            "float": "a number",
+            "gpus": "'all', 'none' or comma-separated GPU indices such as 0,1",
+        }[kind]
+        raise ConfigError(
+            f"Environment variable {name} cannot be read", value=raw, fix=f"set it to {expected}"
+        ) from None
+
+
+def parse_gpu_list(text: str) -> tuple[int, ...] | None:
+    """Parse 'all' (None: leave every GPU visible), 'none' (no GPU) or '0,1' (those GPUs)."""
+    text = text.strip().lower()
+    if text in ("all", ""):
+        return None
+    if text in ("none", "-1"):
+        return ()
+    try:
+        indices = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            "A GPU list must be 'all', 'none' or comma-separated indices",
+            value=text,
+            fix="write it like 0,1",
+        ) from None
+    if any(i < 0 for i in indices) or len(set(indices)) != len(indices):
+        raise ConfigError(
+            "GPU indices must be distinct and not negative", value=text, fix="write it like 0,1"
+        )
+    return indices
+
+
+def runtime_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The RuntimeConfig fields set by TFGPU_* variables, parsed (unset variables are absent)."""
+    environ = os.environ if environ is None else environ
+    settings: dict[str, Any] = {}
+    for name, (field, kind) in RUNTIME_VARIABLES.items():
+        raw = environ.get(name)
+        if raw is not None and raw.strip() != "":
+            settings[field] = _parse(name, raw, kind)
+    return settings
+
+
+def strategy_name(environ: Mapping[str, str] | None = None) -> str | None:
+    """The strategy forced by TFGPU_STRATEGY, if any."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(STRATEGY_VARIABLE, "").strip()
+    return value or None
+
+
+def progress_mode(environ: Mapping[str, str] | None = None) -> str | None:
+    """TFGPU_PROGRESS: 'bar', 'lines' or 'off'; None lets tfgpu decide from the terminal."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(PROGRESS_VARIABLE, "").strip().lower()
+    if not value:
+        return None
+    if value not in ("bar", "lines", "off"):
+        raise ConfigError(
+            f"Environment variable {PROGRESS_VARIABLE} cannot be read",
+            value=value,
+            fix="set it to bar, lines or off",
+        )
+    return value
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
+    """TFGPU_* variables that tfgpu does not know (usually a typo), for doctor to point out."""
+    environ = os.environ if environ is None else environ
+    known = set(RUNTIME_VARIABLES) | {STRATEGY_VARIABLE, PROGRESS_VARIABLE}
+    return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)

@@ -1,0 +1,45 @@
+"""Exception types.
+
+Every tfgpu error tells the user three things: what went wrong, the value that was received, and
+the fix. The CLI turns a :class:`TfgpuError` into one message on stderr and exit status 2 (bad usage
+or input), without a traceback; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class TfgpuError(Exception):
+    """Base class: a problem the user can fix, described as what / value / fix."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, *, value: object = None, fix: str | None = None) -> None:
+        self.what = what
+        self.value = value
+        self.fix = fix
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        parts = [self.what.rstrip(".") + "."]
+        if self.value is not None:
+            parts.append(f"Received: {self.value!r}.")
+        if self.fix:
+            parts.append(f"Fix: {self.fix.rstrip('.')}.")
+        return " ".join(parts)
+
+
+class ConfigError(TfgpuError, ValueError):
+    """A setting (argument, flag or TFGPU_* variable) has a value tfgpu cannot use."""
+
+
+class TooLateError(TfgpuError, RuntimeError):
+    """A device setting was asked for after TensorFlow had already initialized its devices."""
+
+
+class ClusterError(TfgpuError, ValueError):
+    """TF_CONFIG or another cluster description is malformed or inconsistent."""
+
+
+class InputError(TfgpuError, ValueError):
+    """A file, record or other input the user named cannot be used."""

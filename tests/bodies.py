@@ -1,0 +1,132 @@
+"""Functions that tests run in child processes (see tfgpu.testing); each returns plain data."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def logical_device_count() -> int:
+    import tensorflow as tf
+
+    return len(tf.config.list_logical_devices("CPU"))
+
+
+def fail_on_purpose() -> None:
+    raise ValueError("this body fails on purpose")
+
+
+def configure_fresh() -> dict[str, Any]:
+    """configure() before TensorFlow initialized: every setting takes effect; twice is harmless."""
+    import keras
+    import tensorflow as tf
+
+    import tfgpu
+    from tfgpu import runtime
+
+    settings = dict(
+        logical_cpus=2,
+        intra_op_threads=2,
+        inter_op_threads=1,
+        precision="bf16",
+        seed=7,
+        deterministic=True,
+        xla=False,
+        allocator="cuda_malloc_async",
+    )
+    first = tfgpu.configure(**settings)
+    second = tfgpu.configure(**settings)
+    before = runtime.devices_initialized()
+    draw = float(tf.random.uniform(()))
+    return {
+        "same": first == second,
+        "initialized_before_op": before,
+        "devices": len(tf.config.list_logical_devices("CPU")),
+        "intra": tf.config.threading.get_intra_op_parallelism_threads(),
+        "inter": tf.config.threading.get_inter_op_parallelism_threads(),
+        "policy": keras.mixed_precision.dtype_policy().name,
+        "allocator": os.environ.get("TF_GPU_ALLOCATOR"),
+        "draw": draw,
+    }
+
+
+def configure_from_environment() -> dict[str, Any]:
+    """TFGPU_* variables set what is not passed; an explicit argument wins."""
+    import tensorflow as tf
+
+    import tfgpu
+
+    config = tfgpu.configure(inter_op_threads=3)
+    return {
+        "config": config.to_dict(),
+        "devices": len(tf.config.list_logical_devices("CPU")),
+        "inter": tf.config.threading.get_inter_op_parallelism_threads(),
+    }
+
+
+def doctor_then_configure() -> dict[str, Any]:
+    """doctor never initializes TensorFlow in the caller, so configure still works after it."""
+    import tensorflow as tf
+
+    import tfgpu
+    from tfgpu import runtime
+
+    report = tfgpu.doctor.run()
+    initialized = runtime.devices_initialized()
+    tfgpu.configure(logical_cpus=2)
+    return {
+        "initialized_after_doctor": initialized,
+        "devices": len(tf.config.list_logical_devices("CPU")),
+        "headline": report.headline,
+    }
+
+
+def multi_worker_strategy() -> dict[str, Any]:
+    """Under TF_CONFIG with 2 workers: configure(seed) first, then strategy() -> MWMS that works."""
+    import tensorflow as tf
+
+    import tfgpu
+    from tfgpu import choices
+
+    tfgpu.configure(seed=1)
+    strategy = tfgpu.strategy()
+    task = int(tf.distribute.cluster_resolver.TFConfigClusterResolver().task_id)
+
+    @tf.function
+    def total() -> Any:
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.constant(float(task + 1)))
+
+    summed = strategy.run(total)
+    return {
+        "is_mwms": isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
+        "replicas": strategy.num_replicas_in_sync,
+        "sum": float(strategy.experimental_local_results(summed)[0]),
+        "choice": choices.as_dict()["strategy"],
+    }
+
+
+def parameter_server_strategy() -> dict[str, Any]:
+    """Chief of a ps cluster gets ParameterServerStrategy and can run a step on a worker."""
+    import tensorflow as tf
+
+    import tfgpu
+
+    strategy = tfgpu.strategy()  # ps and worker tasks serve here and never return
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        counter = tf.Variable(0.0)
+
+    @tf.function
+    def bump() -> Any:
+        counter.assign_add(1.0)
+        return counter.read_value()
+
+    for _ in range(3):
+        coordinator.schedule(bump)
+    coordinator.join()
+    return {
+        "is_ps": isinstance(strategy, tf.distribute.ParameterServerStrategy),
+        "counter": float(counter.numpy()),
+        "variable_device": counter.device,
+    }
