@@ -19,6 +19,10 @@ class TfgpuError(Exception):
         self.fix = fix
         super().__init__(self.message)
 
+    def __reduce__(self) -> tuple:
+        # keep what / value / fix across processes (convert and predict run workers)
+        return (_rebuild, (type(self), self.what, self.value, self.fix))
+
     @property
     def message(self) -> str:
         parts = [self.what.rstrip(".") + "."]
@@ -43,3 +47,7 @@ class ClusterError(TfgpuError, ValueError):
 
 class InputError(TfgpuError, ValueError):
     """A file, record or other input the user named cannot be used."""
+
+
+def _rebuild(cls: type[TfgpuError], what: str, value: object, fix: str | None) -> TfgpuError:
+    return cls(what, value=value, fix=fix)

@@ -12,7 +12,7 @@ import sys
 
 from tfgpu.cli import _common
 
-SUBCOMMANDS = ("doctor", "demo")
+SUBCOMMANDS = ("doctor", "convert", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,450 @@
+"""``tfgpu.data.pipeline``: a tf.data pipeline from a manifest, built the way the tf.data guide says.
+
+Stages, in order (each named, so ``tfgpu diagnose`` can time every prefix):
+
+1. ``files``: shard paths in manifest order (shuffled each epoch only when training), sharded per
+   worker by file when there are enough files;
+2. ``read``: parallel interleaved TFRecord reads, in chunks; each record gets its global row id;
+   a corrupt or truncated shard fails naming the file and record number (or is skipped, counted);
+3. ``shard``: by record, when there are too few files for the workers;
+4. ``parse``: vectorized ``parse_example`` on chunks, then decode (raw bytes, JPEG/PNG) in parallel;
+5. ``cache``: after the expensive deterministic stages, before anything random: in memory when the
+   decoded data fits, on disk otherwise, or off;
+6. ``shuffle`` / ``augment`` (training only), ``batch`` (static shapes, ``drop_remainder`` when
+   training), ``prefetch``; AUTOTUNE throughout.
+
+Every choice tfgpu makes is recorded once in :mod:`tfgpu.choices`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfgpu import choices
+from tfgpu.data.manifest import Feature, Manifest, Shard, load
+from tfgpu.errors import ConfigError, InputError
+
+CHUNK = 256  # records read and parsed together
+ID = "id"
+MEMORY_SHARE = 0.25  # share of available RAM a memory cache may take
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    apply: Callable[[Any], Any]
+    detail: str = ""
+
+
+@dataclass
+class PipelinePlan:
+    """The stages of a pipeline; ``build()`` composes them (``upto`` stops after that stage)."""
+
+    stages: list[Stage]
+    rows: int  # rows this worker reads (before batching); -1 when unknown
+    batch_size: int
+    decisions: dict[str, str] = field(default_factory=dict)
+
+    def build(self, upto: str | None = None) -> Any:
+        dataset = None
+        for stage in self.stages:
+            dataset = stage.apply(dataset)
+            if stage.name == upto:
+                break
+        return dataset
+
+    @property
+    def names(self) -> list[str]:
+        return [s.name for s in self.stages]
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _resolve(source: Any, features: dict[str, Feature] | None) -> Manifest:
+    if isinstance(source, Manifest):
+        return source
+    if isinstance(source, (str, os.PathLike)) and (Path(source).is_dir() or str(source).endswith(".json")):
+        return load(source)
+    if isinstance(source, Sequence) and not isinstance(source, str):
+        if not features:
+            raise ConfigError(
+                "A list of TFRecord files needs a feature spec",
+                value=list(source)[:3],
+                fix="pass features={'x': tfgpu.data.Feature('float32', (8,), 'float'), ...} or use a manifest",
+            )
+        shards = [
+            Shard(file=str(f), rows=-1, first_row=i << 40, bytes=-1, sha256="") for i, f in enumerate(source)
+        ]
+        return Manifest(features=features, shards=shards)
+    raise InputError(
+        "pipeline() needs a dataset directory, a manifest.json, or a list of TFRecord files",
+        value=source,
+        fix="pass the OUTPUT_DIR of `tfgpu convert`",
+    )
+
+
+def _check_files(manifest: Manifest) -> list[str]:
+    files = manifest.files() if manifest.directory else [s.file for s in manifest.shards]
+    for path in files:
+        if not Path(path).exists():
+            raise InputError(
+                f"TFRecord file {path} is missing",
+                value=path,
+                fix="restore it, or re-run `tfgpu convert` into the same directory to rewrite missing shards",
+            )
+    if not files:
+        raise InputError("The dataset has no shards", fix="convert a non-empty source")
+    return files
+
+
+def _parse_spec(tf: Any, features: dict[str, Feature]) -> dict[str, Any]:
+    spec = {}
+    for name, f in features.items():
+        if f.encoding == "int64":
+            spec[name] = tf.io.FixedLenFeature(f.shape, tf.int64)
+        elif f.encoding == "float":
+            spec[name] = tf.io.FixedLenFeature(f.shape, tf.float32)
+        else:
+            spec[name] = tf.io.FixedLenFeature([], tf.string)
+    return spec
+
+
+def _decoder(tf: Any, name: str, f: Feature, image_size: tuple[int, int] | None) -> Callable[[Any], Any]:
+    """A function from a batch of parsed values to a batch of decoded tensors."""
+
+    def same(x: Any) -> Any:
+        return x
+
+    def cast(x: Any) -> Any:
+        return tf.cast(x, f.dtype)
+
+    if f.encoding == "int64":
+        return same if f.dtype == "int64" else cast
+    if f.encoding in ("float", "bytes"):
+        return same
+    if f.encoding == "raw":
+        raw_dtype = "uint8" if f.dtype == "bool" else f.dtype
+
+        def raw(x: Any) -> Any:
+            values = tf.reshape(tf.io.decode_raw(x, raw_dtype), [-1, *f.shape])
+            return tf.cast(values, tf.bool) if f.dtype == "bool" else values
+
+        return raw
+    if not f.fixed and image_size is None:
+        raise ConfigError(
+            f"Images in feature {name!r} have different sizes, so they cannot be batched",
+            value=f.shape,
+            fix="pass image_size=(height, width) to pipeline(), or convert with --resize HxW",
+        )
+    shape = (*image_size, 3) if image_size else f.shape
+    decode = tf.io.decode_jpeg if f.encoding == "jpeg" else tf.io.decode_png
+
+    def image(x: Any) -> Any:
+        def one(data: Any) -> Any:
+            pixels = decode(data, channels=3)
+            if image_size is not None:
+                pixels = tf.cast(tf.image.resize(pixels, image_size), tf.uint8)
+            return tf.ensure_shape(pixels, shape)
+
+        return tf.map_fn(one, x, fn_output_signature=tf.TensorSpec(shape, tf.uint8))
+
+    return image
+
+
+def _reader(tf: Any, compression: str | None, on_corrupt: str) -> Callable[..., Any]:
+    """Per file: chunks of (ids, records); checks the record count against the manifest."""
+
+    def read(path: Any, first_row: Any, rows: Any) -> Any:
+        records = tf.data.TFRecordDataset(path, compression_type=compression or "", buffer_size=1 << 20)
+        chunks = records.ignore_errors().batch(CHUNK).enumerate()
+        chunks = chunks.map(
+            lambda k, r: (first_row + k * CHUNK + tf.range(tf.size(r, out_type=tf.int64)), r, False)
+        )
+        end = tf.data.Dataset.from_tensors((tf.zeros([0], tf.int64), tf.zeros([0], tf.string), True))
+
+        def count(seen: Any, element: Any) -> Any:
+            ids, data, is_end = element
+            ok = tf.logical_or(tf.logical_not(is_end), tf.logical_or(rows < 0, tf.equal(seen, rows)))
+            if on_corrupt == "fail":
+                check = tf.debugging.Assert(
+                    ok,
+                    [
+                        "tfgpu: corrupt or truncated TFRecord file",
+                        path,
+                        "- record number",
+                        seen,
+                        "(counting from 0) cannot be read; the manifest lists",
+                        rows,
+                        "records. Fix: re-run `tfgpu convert`, or pass on_corrupt='skip'",
+                    ],
+                    summarize=3,
+                )
+            else:
+
+                def warn() -> Any:
+                    tf.print(
+                        "tfgpu: skipped",
+                        rows - seen,
+                        "unreadable records of",
+                        path,
+                        "from record number",
+                        seen,
+                        output_stream=sys.stderr,
+                    )
+                    return tf.constant(True)
+
+                check = tf.cond(ok, lambda: tf.constant(True), warn)
+            with tf.control_dependencies([check]):
+                new_seen = tf.identity(seen + tf.size(data, out_type=tf.int64))
+            return new_seen, (ids, data, is_end)
+
+        checked = chunks.concatenate(end).scan(tf.constant(0, tf.int64), count)
+        return checked.filter(lambda ids, data, is_end: tf.logical_not(is_end)).map(
+            lambda ids, data, is_end: (ids, data)
+        )
+
+    return read
+
+
+def plan(
+    source: Any,
+    *,
+    batch_size: int,
+    training: bool = False,
+    features: dict[str, Feature] | None = None,
+    input_context: Any = None,
+    shuffle_buffer: int | None = None,
+    augment: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    cache: str = "auto",
+    cache_dir: str | None = None,
+    deterministic: bool | None = None,
+    with_ids: bool = False,
+    drop_remainder: bool | None = None,
+    on_corrupt: str = "fail",
+    image_size: tuple[int, int] | None = None,
+    supervised: bool = False,
+    seed: int | None = None,
+) -> PipelinePlan:
+    """The stages of :func:`pipeline` (same arguments), for building or measuring stage by stage."""
+    import tensorflow as tf
+
+    if batch_size < 1:
+        raise ConfigError("batch_size must be at least 1", value=batch_size, fix="pass batch_size=32")
+    if cache not in ("auto", "memory", "disk", "off"):
+        raise ConfigError("cache must be auto, memory, disk or off", value=cache, fix="pass cache='auto'")
+    if on_corrupt not in ("fail", "skip"):
+        raise ConfigError(
+            "on_corrupt must be 'fail' or 'skip'",
+            value=on_corrupt,
+            fix="pass on_corrupt='skip' to skip and count bad records",
+        )
+    manifest = _resolve(source, features)
+    files = _check_files(manifest)
+    if supervised and not manifest.label:
+        raise ConfigError(
+            "supervised=True needs a label feature",
+            value=list(manifest.features),
+            fix="convert with --label COLUMN",
+        )
+    decisions: dict[str, str] = {}
+    deterministic = (not training) if deterministic is None else deterministic
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    pipelines = getattr(input_context, "num_input_pipelines", 1)
+    pipeline_id = getattr(input_context, "input_pipeline_id", 0)
+    firsts = [s.first_row for s in manifest.shards]
+    counts = [s.rows for s in manifest.shards]
+    by_file = pipelines > 1 and (len(files) >= 2 * pipelines or len(files) % pipelines == 0)
+    if pipelines > 1:
+        decisions["shard"] = (
+            f"by file ({len(files)} files, {pipelines} workers)"
+            if by_file
+            else f"by record ({len(files)} files are too few for {pipelines} workers)"
+        )
+    known = all(c >= 0 for c in counts)
+    rows = sum(counts) if known else -1
+    if known and pipelines > 1:
+        rows = (
+            sum(counts[pipeline_id::pipelines])
+            if by_file
+            else len(range(pipeline_id, sum(counts), pipelines))
+        )
+    spec = _parse_spec(tf, manifest.features)
+    decoders = {n: _decoder(tf, n, f, image_size) for n, f in manifest.features.items()}
+    costly = any(f.encoding in ("jpeg", "png") for f in manifest.features.values())
+    cache_mode, cache_why = _choose_cache(cache, manifest, rows, image_size)
+    decisions["cache"] = f"{cache_mode} ({cache_why})"
+    buffer = shuffle_buffer or (
+        min(max(1024, 16 * batch_size), rows) if rows > 0 else max(1024, 16 * batch_size)
+    )
+    if training:
+        decisions["shuffle_buffer"] = str(buffer)
+    decisions["parallelism"] = "AUTOTUNE" + ("" if deterministic else ", non-deterministic order (training)")
+    cache_path = _cache_path(cache_dir, files, pipeline_id) if cache_mode == "disk" else None
+    read = _reader(tf, manifest.compression, on_corrupt)
+
+    def files_stage(_: Any) -> Any:
+        ds = tf.data.Dataset.from_tensor_slices(
+            (files, tf.constant(firsts, tf.int64), tf.constant(counts, tf.int64))
+        )
+        if by_file:
+            ds = ds.shard(pipelines, pipeline_id)
+        if training:
+            ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        return ds
+
+    def read_stage(ds: Any) -> Any:
+        cycle = max(1, min(len(files), 16))
+        return ds.interleave(
+            read, cycle_length=cycle, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+        )
+
+    def shard_stage(ds: Any) -> Any:
+        return ds.unbatch().shard(pipelines, pipeline_id).batch(CHUNK)
+
+    def parse_stage(ds: Any) -> Any:
+        if not training:
+            ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
+
+        def parse(ids: Any, data: Any) -> Any:
+            parsed = tf.io.parse_example(data, spec)
+            out = {n: decoders[n](v) for n, v in parsed.items()}
+            out[ID] = ids
+            return out
+
+        return ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+
+    def cache_stage(ds: Any) -> Any:
+        if training:
+            ds = ds.unbatch()
+        return ds.cache(cache_path or "") if cache_mode != "off" else ds
+
+    def shuffle_stage(ds: Any) -> Any:
+        return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+
+    def augment_stage(ds: Any) -> Any:
+        return ds.map(
+            lambda e: {**augment(e), ID: e[ID]},
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )  # type: ignore[misc]
+
+    def batch_stage(ds: Any) -> Any:
+        return ds.batch(
+            batch_size,
+            drop_remainder=drop_remainder,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=deterministic,
+        )
+
+    def finish_stage(ds: Any) -> Any:
+        ds = ds.map(_output(manifest, with_ids=with_ids, supervised=supervised))
+        options = tf.data.Options()
+        options.deterministic = deterministic
+        options.autotune.enabled = True
+        options.experimental_optimization.map_parallelization = True
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF
+            if input_context is not None
+            else tf.data.experimental.AutoShardPolicy.DATA
+        )
+        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+
+    stages = [Stage("files", files_stage), Stage("read", read_stage, "parallel interleave")]
+    if pipelines > 1 and not by_file:
+        stages.append(Stage("shard", shard_stage, "by record"))
+    stages.append(
+        Stage("parse", parse_stage, "vectorized parse_example + decode" + (" (JPEG)" if costly else ""))
+    )
+    stages.append(Stage("cache", cache_stage, cache_mode))
+    if training:
+        stages.append(Stage("shuffle", shuffle_stage, str(buffer)))
+        if augment is not None:
+            stages.append(Stage("augment", augment_stage, getattr(augment, "__name__", "augment")))
+        stages.append(Stage("batch", batch_stage, f"{batch_size}, drop_remainder={drop_remainder}"))
+    stages.append(Stage("prefetch", finish_stage, "AUTOTUNE"))
+    for key, value in decisions.items():
+        choices.record(f"data.{key}", value)
+    return PipelinePlan(stages=stages, rows=rows, batch_size=batch_size, decisions=decisions)
+
+
+def pipeline(source: Any, *, batch_size: int, **options: Any) -> Any:
+    """A batched tf.data.Dataset from a tfgpu dataset (or TFRecord files with ``features``).
+
+    Args:
+        source: a dataset directory written by ``tfgpu convert``, its manifest.json, a Manifest, or
+            a list of TFRecord files (then ``features`` gives the schema).
+        batch_size: the batch this pipeline yields (per worker under a multi-worker strategy:
+            ``input_context.get_per_replica_batch_size(global_batch)``).
+        training: shuffle files and examples each epoch, apply ``augment``, drop the remainder.
+        input_context: a ``tf.distribute.InputContext``; the pipeline reads its worker's part.
+        cache: "auto" (memory if the decoded data fits in a quarter of free RAM, disk otherwise),
+            "memory", "disk" (under ``cache_dir``) or "off".
+        with_ids: add each example's global row id (key "id"), used to keep prediction order.
+        supervised: yield (features, label) instead of one dict.
+        on_corrupt: "fail" (naming the file and record) or "skip" (skip and report them).
+        image_size: decode and resize images to (height, width) when they were stored unresized.
+
+    Elements are dicts of batched tensors (plus "id" when asked).
+    """
+    built = plan(source, batch_size=batch_size, **options).build()
+    choices.announce()
+    return built
+
+
+def _output(manifest: Manifest, *, with_ids: bool, supervised: bool) -> Callable[[dict[str, Any]], Any]:
+    label = manifest.label
+
+    def shape(element: dict[str, Any]) -> Any:
+        ids = element[ID]
+        features = {k: v for k, v in element.items() if k != ID}
+        if supervised:
+            y = features.pop(label)
+            x = next(iter(features.values())) if len(features) == 1 else features
+            return (x, y, ids) if with_ids else (x, y)
+        if with_ids:
+            features[ID] = ids
+        return features
+
+    return shape
+
+
+def _choose_cache(
+    cache: str, manifest: Manifest, rows: int, image_size: tuple[int, int] | None
+) -> tuple[str, str]:
+    if cache in ("memory", "disk", "off"):
+        return cache, "asked for"
+    per_row = manifest.decoded_bytes_per_row()
+    if per_row is None and image_size is not None:
+        per_row = image_size[0] * image_size[1] * 3 + sum(
+            f.decoded_bytes() or 0 for f in manifest.features.values() if f.encoding not in ("jpeg", "png")
+        )
+    if per_row is None or rows < 0:
+        return "off", "decoded size unknown"
+    need = per_row * rows
+    budget = MEMORY_SHARE * _available_memory()
+    if need <= budget:
+        return "memory", f"{need / 2**20:.0f} MiB decoded fits in a quarter of free RAM"
+    return "disk", f"{need / 2**20:.0f} MiB decoded is over a quarter of free RAM ({budget / 2**20:.0f} MiB)"
+
+
+def _cache_path(cache_dir: str | None, files: list[str], pipeline_id: int) -> str:
+    key = hashlib.sha1("|".join(files).encode()).hexdigest()[:12]
+    base = Path(cache_dir or tempfile.gettempdir()) / f"tfgpu-cache-{key}"
+    base.mkdir(parents=True, exist_ok=True)
+    return str(base / f"worker-{pipeline_id}")
