@@ -130,3 +130,28 @@ def parameter_server_strategy() -> dict[str, Any]:
         "counter": float(counter.numpy()),
         "variable_device": counter.device,
     }
+
+
+def worker_pipeline_ids(dataset_dir: str, global_batch: int) -> list[int]:
+    """One worker of a 2-worker MWMS cluster: the ids its replicas receive from tfgpu.data.pipeline."""
+    import tensorflow as tf
+
+    import tfgpu
+    from tfgpu import data
+
+    strategy = tfgpu.strategy()
+
+    def make(ctx: Any) -> Any:
+        return data.pipeline(
+            dataset_dir,
+            batch_size=ctx.get_per_replica_batch_size(global_batch),
+            input_context=ctx,
+            with_ids=True,
+        )
+
+    ids: list[int] = []
+    for batch in strategy.distribute_datasets_from_function(make):
+        for local in strategy.experimental_local_results(batch["id"]):
+            ids.extend(int(i) for i in local.numpy())
+    del tf
+    return ids

@@ -10,6 +10,7 @@ those, so an interrupted conversion resumes. The manifest is written last.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 import time
@@ -145,7 +146,7 @@ def plan_shards(rows: int, row_bytes: float, options: ConvertOptions) -> list[tu
     by_size = math.ceil(rows * row_bytes / (options.target_shard_mb * 1024 * 1024))
     count = max(1, min(rows, max(by_size, options.min_shards)))
     bounds = np.linspace(0, rows, count + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True) if b > a]
+    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def shard_name(index: int, count: int, compression: str | None) -> str:
@@ -175,7 +176,7 @@ def _convert_shard(job: _ShardJob) -> dict[str, Any]:
     channel_sq = np.zeros(3)
     pixels = 0
     try:
-        for row, data in source.read(job.start, job.stop):
+        for _row, data in source.read(job.start, job.stop):
             if isinstance(data, BadRow):
                 if not job.skip_bad:
                     raise InputError(
@@ -224,6 +225,24 @@ def _reusable(job: _ShardJob) -> dict[str, Any] | None:
     if done.get("bytes") != path.stat().st_size or done.get("sha256") != records.sha256_of(path):
         return None
     return done
+
+
+def _remove_stale(out: Path) -> None:
+    """Delete temporary files left by a conversion that was killed (its process is gone)."""
+    for tmp in [*out.glob("*.tmp-*"), *(out / STATE_DIR).glob("*.tmp-*")]:
+        pid = tmp.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _check_resume(state: Path, identity: dict[str, Any], source: str) -> None:
@@ -293,6 +312,7 @@ def convert(
     state = out / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)
     _check_resume(state, options.identity(), str(source))
+    _remove_stale(out)
     ranges = plan_shards(rows, _estimate_row_bytes(opened, features), options)
     jobs = [
         _ShardJob(

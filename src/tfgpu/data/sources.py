@@ -335,7 +335,7 @@ class ArraySource:
                 with np.load(path, allow_pickle=False) as data:
                     arrays = {name: data[name] for name in data.files}
         except ValueError as exc:
-            if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
+            if any(m in str(exc) for m in ("allow_pickle", "Object arrays", "Python objects")):
                 raise InputError(
                     f"{path} holds an object (ragged) array", fix="store rows of equal shape, or pad them"
                 ) from None
