@@ -16,15 +16,15 @@ demo: $(STAMP)
 	$(BIN)/tfgpu demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 
 test: lint
 	$(BIN)/python -m pytest -q
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests bench
-	$(BIN)/ruff format src tests bench
+	$(BIN)/ruff check --fix src tests bench examples
+	$(BIN)/ruff format src tests bench examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

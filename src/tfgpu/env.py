@@ -32,6 +32,7 @@ RUNTIME_VARIABLES: dict[str, tuple[str, str]] = {
 }
 STRATEGY_VARIABLE = "TFGPU_STRATEGY"
 PROGRESS_VARIABLE = "TFGPU_PROGRESS"
+ATTEMPT_VARIABLE = "TFGPU_LAUNCH_ATTEMPT"  # set by `tfgpu launch`: 0 first, 1 after a restart, ...
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -123,5 +124,12 @@ def progress_mode(environ: Mapping[str, str] | None = None) -> str | None:
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     """TFGPU_* variables that tfgpu does not know (usually a typo), for doctor to point out."""
     environ = os.environ if environ is None else environ
-    known = set(RUNTIME_VARIABLES) | {STRATEGY_VARIABLE, PROGRESS_VARIABLE}
+    known = set(RUNTIME_VARIABLES) | {STRATEGY_VARIABLE, PROGRESS_VARIABLE, ATTEMPT_VARIABLE}
     return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)
+
+
+def launch_attempt(environ: Mapping[str, str] | None = None) -> int:
+    """How many times `tfgpu launch` restarted this process's cluster (0 on the first run)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(ATTEMPT_VARIABLE, "0").strip() or "0"
+    return _parse(ATTEMPT_VARIABLE, raw, "int")

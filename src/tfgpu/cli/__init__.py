@@ -12,7 +12,7 @@ import sys
 
 from tfgpu.cli import _common
 
-SUBCOMMANDS = ("doctor", "convert", "demo")
+SUBCOMMANDS = ("doctor", "convert", "launch", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

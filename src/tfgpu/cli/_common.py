@@ -16,7 +16,7 @@ from tfgpu.errors import TfgpuError
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
 
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # messages stay one greppable line
 
 
 def setup_logging(*, verbose: bool) -> None:

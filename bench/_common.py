@@ -1,0 +1,79 @@
+"""Shared benchmark helpers: median-of-N timing, a printed table, a JSON file of the figures."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def median_rate(run: Callable[[], int], *, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
+    """Call ``run`` (returns units processed) repeatedly; median units/s and the spread."""
+    for _ in range(warmup):
+        run()
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        units = run()
+        rates.append(units / (time.perf_counter() - start))
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": len(rates)}
+
+
+def interleaved_rates(
+    variants: dict[str, Callable[[], int]], *, rounds: int = 5
+) -> dict[str, dict[str, float]]:
+    """Median units/s of each variant, measured in interleaved rounds (A, B, C, A, B, C, ...).
+
+    On a shared 2-core machine throughput drifts between runs; interleaving exposes every variant
+    to the same drift, so their ratios stay fair. One warm-up pass each is not counted.
+    """
+    for run in variants.values():
+        run()
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(rounds):
+        for name, run in variants.items():
+            start = time.perf_counter()
+            units = run()
+            rates[name].append(units / (time.perf_counter() - start))
+    return {
+        name: {"median": statistics.median(r), "min": min(r), "max": max(r), "runs": len(r)}
+        for name, r in rates.items()
+    }
+
+
+def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """A Markdown table, ready for the closing note and docs/benchmarks.md."""
+    widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
+    lines = [
+        f"## {title}",
+        "",
+        "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)) + " |",
+        "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+    ]
+    for row in rows:
+        cells = (_fmt(row.get(c)).ljust(w) for c, w in zip(columns, widths, strict=True))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 10 else f"{value:.2f}"
+    return "" if value is None else str(value)
+
+
+def save(name: str, data: dict[str, Any]) -> Path:
+    """Write the figures (with the machine they were measured on) to bench/results/NAME.json."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    machine = {"cores": os.cpu_count(), "python": sys.version.split()[0]}
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    path.write_text(json.dumps({**data, "machine": machine, "time": stamp}, indent=2))
+    return path

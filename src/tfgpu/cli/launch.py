@@ -1,0 +1,140 @@
+"""``tfgpu launch [options] -- COMMAND [ARGS...]``: run COMMAND as a TensorFlow cluster."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from tfgpu import choices
+from tfgpu.cli import _common
+from tfgpu.errors import ConfigError, InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "launch",
+        help="run a command as several processes with TF_CONFIG and GPUs assigned",
+        usage="tfgpu launch [options] -- COMMAND [ARGS...]",
+    )
+    p.add_argument("--nproc", type=int, help="worker processes per node (default: one per GPU, or 1)")
+    p.add_argument("--gpus", help="GPUs to use: 'all' or indices such as 0,1 (default all visible)")
+    share = p.add_mutually_exclusive_group()
+    share.add_argument("--gpus-per-proc", type=int, help="GPUs each worker gets")
+    share.add_argument("--procs-per-gpu", type=int, help="workers sharing each GPU, each with a memory cap")
+    p.add_argument(
+        "--memory-per-proc", type=int, metavar="MB", help="memory cap per process when sharing a GPU"
+    )
+    p.add_argument("--ps", type=int, default=0, help="parameter-server processes (adds a chief)")
+    p.add_argument("--chief", action="store_true", help="add a chief process")
+    p.add_argument(
+        "--max-restarts", type=int, default=0, help="restart all processes up to R times after a failure"
+    )
+    p.add_argument("--nnodes", type=int, help="nodes in the cluster (with --hosts)")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's index in the hosts file")
+    p.add_argument("--hosts", help="file with one host per line, one per node")
+    p.add_argument("--port", type=int, default=23456, help="first port on each node for multi-node clusters")
+    p.add_argument(
+        "--grace", type=float, default=10.0, help="seconds between terminate and kill when stopping"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
+    p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    p.set_defaults(run=run)
+
+
+def _hosts(path: str | None) -> tuple[str, ...] | None:
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"Hosts file {path} does not exist", value=path, fix="write one host name per line")
+    hosts = tuple(
+        line.split()[0] for line in file.read_text().splitlines() if line.strip() and not line.startswith("#")
+    )
+    if not hosts:
+        raise InputError(f"Hosts file {path} lists no host", value=path, fix="write one host name per line")
+    return hosts
+
+
+def config_from(args: argparse.Namespace):
+    from tfgpu.env import parse_gpu_list
+    from tfgpu.launch import LaunchConfig
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    hosts = _hosts(args.hosts)
+    if args.nnodes and hosts is None:
+        raise ConfigError(
+            "--nnodes needs --hosts (or run under srun)", value=args.nnodes, fix="pass --hosts FILE"
+        )
+    return LaunchConfig(
+        command=tuple(command),
+        nproc=args.nproc,
+        gpus=parse_gpu_list(args.gpus) if args.gpus else None,
+        gpus_per_proc=args.gpus_per_proc,
+        procs_per_gpu=args.procs_per_gpu,
+        memory_per_proc_mb=args.memory_per_proc,
+        ps=args.ps,
+        chief=args.chief,
+        max_restarts=args.max_restarts,
+        nnodes=args.nnodes or (len(hosts) if hosts else 1),
+        node_rank=args.node_rank,
+        hosts=hosts,
+        port=args.port,
+        grace_s=args.grace,
+    )
+
+
+def _render(plan) -> None:
+    table = Table(title=f"tfgpu launch plan ({plan.source})")
+    for column in ("process", "here", "address", "GPUs", "memory cap", "environment"):
+        table.add_column(column)
+    for p in plan.processes:
+        address = plan.cluster[p.role][p.index]
+        shown = {k: v for k, v in p.env.items() if k != "TF_CONFIG"}
+        table.add_row(
+            p.label,
+            "yes" if p.local else "",
+            address,
+            ",".join(map(str, p.gpus)) or "-",
+            f"{p.memory_mb} MB" if p.memory_mb else "-",
+            " ".join(f"{k}={v}" for k, v in shown.items()),
+        )
+    _common.out.print(table)
+    _common.out.print("command: " + " ".join(plan.processes[0].command))
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfgpu.launch import check_ports, launch, plan_launch
+
+    config = config_from(args)
+    if args.dry_run:
+        plan = plan_launch(config)
+        check_ports(plan)
+        if args.json:
+            _common.print_json({**plan.to_dict(), "choices": choices.as_dict()})
+        else:
+            _render(plan)
+            if choices.all_choices():
+                _common.out.print(choices.summary_line())
+        return 0
+
+    def notify(message: str) -> None:
+        _common.err.print(f"[yellow]tfgpu launch:[/] {message}")
+
+    result = launch(config, notify=notify)
+    if choices.all_choices():
+        _common.err.print(choices.summary_line())
+    if result.interrupted:
+        _common.err.print("tfgpu launch: interrupted; stopped every process")
+    elif result.failed:
+        _common.err.print(
+            f"[bold red]tfgpu launch: {result.failed} failed with exit status {result.failed_status}[/]; "
+            f"stopped the other processes. Last lines of {result.failed}:"
+        )
+        for line in result.tail[-10:]:
+            _common.err.print(f"  {line}", markup=False, highlight=False)
+    return result.exit_code

@@ -1,0 +1,75 @@
+"""``tfgpu launch``: several processes with TF_CONFIG, GPUs assigned or shared, failures handled.
+
+``plan_launch`` computes the plan (pure, printed by ``--dry-run``); ``launch`` checks it can start
+(ports free) and runs it under the :class:`~tfgpu.launch.supervisor.Supervisor`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tfgpu import nvml
+from tfgpu.errors import ConfigError
+from tfgpu.launch.plan import LaunchPlan, ProcessPlan, expand_hostlist, make_plan
+from tfgpu.launch.spec import LaunchConfig
+from tfgpu.launch.supervisor import LaunchResult, Supervisor
+from tfgpu.testing.processes import free_ports
+
+__all__ = [
+    "LaunchConfig",
+    "LaunchPlan",
+    "LaunchResult",
+    "ProcessPlan",
+    "expand_hostlist",
+    "launch",
+    "plan_launch",
+]
+
+
+def plan_launch(
+    config: LaunchConfig, *, environ: Mapping[str, str] | None = None, nvml_module: Any = None
+) -> LaunchPlan:
+    """The plan for this node: GPUs from NVML (under CUDA_VISIBLE_DEVICES), free local ports."""
+    environ = os.environ if environ is None else environ
+    report = nvml.probe(nvml_module)
+    inventory = nvml.visible(report, environ.get("CUDA_VISIBLE_DEVICES"))
+    return make_plan(config, inventory=inventory, environ=environ, free_ports=free_ports)
+
+
+def check_ports(plan: LaunchPlan) -> None:
+    """Fail before starting anything when a local process's port is already taken."""
+    if plan.source in ("local", "tf_config"):
+        return  # local ports were just found free; a scheduler owns its ports
+    for process in plan.local:
+        address = plan.cluster[process.role][process.index]
+        port = int(address.rpartition(":")[2])
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("", port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                raise ConfigError(
+                    f"Port {port} for {process.label} is already in use on this node",
+                    value=address,
+                    fix="stop what holds it, or pass another --port",
+                ) from None
+
+
+def launch(
+    config: LaunchConfig,
+    *,
+    sink: Callable[[str, bytes], None] | None = None,
+    notify: Callable[[str], None] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LaunchResult:
+    """Plan, check and run every local process; returns how it ended."""
+    plan = plan_launch(config, environ=environ)
+    check_ports(plan)
+    return Supervisor(
+        plan, max_restarts=config.max_restarts, grace_s=config.grace_s, sink=sink, notify=notify
+    ).run()

@@ -1,0 +1,169 @@
+"""Run a launch plan's local processes and supervise them.
+
+- Output of every process is streamed line by line with a ``[worker 1]`` prefix; one reader thread
+  per process drains its pipe, so a process that writes a lot never blocks on a full pipe.
+- The first process that fails stops the others (terminate, then kill after a grace period); the
+  result carries its exit status and its last lines.
+- With ``max_restarts`` every process is restarted with the same cluster; each sees
+  TFGPU_LAUNCH_ATTEMPT (0, 1, ...).
+- Ctrl-C (SIGINT) or SIGTERM to the launcher stops every process.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO
+
+from tfgpu import env
+from tfgpu.launch.plan import LaunchPlan, ProcessPlan
+
+TAIL_LINES = 20
+POLL_S = 0.05
+
+
+@dataclass
+class LaunchResult:
+    exit_code: int
+    attempts: int
+    failed: str | None = None  # label of the process that failed first
+    failed_status: int | None = None
+    tail: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+class _Running:
+    def __init__(self, plan: ProcessPlan, attempt: int, sink: Callable[[str, bytes], None]) -> None:
+        self.plan = plan
+        environ = {**os.environ, "PYTHONUNBUFFERED": "1", env.ATTEMPT_VARIABLE: str(attempt), **plan.env}
+        self.process = subprocess.Popen(
+            list(plan.command),
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self.reader = threading.Thread(target=self._pump, args=(self.process.stdout, sink), daemon=True)
+        self.reader.start()
+
+    def _pump(self, stream: IO[bytes], sink: Callable[[str, bytes], None]) -> None:
+        for line in iter(stream.readline, b""):
+            self.tail.append(line.decode(errors="replace").rstrip("\n"))
+            sink(self.plan.label, line)
+        stream.close()
+
+    def signal_group(self, sig: int) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+
+def exit_status(returncode: int) -> int:
+    """A child's exit status as a shell reports it (killed by signal N -> 128 + N)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def default_sink(lock: threading.Lock | None = None) -> Callable[[str, bytes], None]:
+    import sys
+
+    lock = lock or threading.Lock()
+    out = sys.stdout.buffer
+
+    def sink(label: str, line: bytes) -> None:
+        with lock:
+            out.write(f"[{label}] ".encode() + (line if line.endswith(b"\n") else line + b"\n"))
+            out.flush()
+
+    return sink
+
+
+class Supervisor:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        *,
+        max_restarts: int = 0,
+        grace_s: float = 10.0,
+        sink: Callable[[str, bytes], None] | None = None,
+        notify: Callable[[str], None] | None = None,
+    ) -> None:
+        self.plan = plan
+        self.max_restarts = max_restarts
+        self.grace_s = grace_s
+        self.sink = sink or default_sink()
+        self.notify = notify or (lambda message: None)
+        self._stop = threading.Event()
+        # with ps tasks, workers and ps serve until the chief is done
+        self._required = {p.label for p in plan.local if not plan.cluster.get("ps") or p.role == "chief"}
+
+    def request_stop(self, *_: object) -> None:
+        self._stop.set()
+
+    def run(self) -> LaunchResult:
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                handlers[sig] = signal.signal(sig, self.request_stop)
+        try:
+            attempt = 0
+            while True:
+                result = self._attempt(attempt)
+                if result.exit_code == 0 or result.interrupted or attempt >= self.max_restarts:
+                    result.attempts = attempt + 1
+                    return result
+                attempt += 1
+                self.notify(
+                    f"{result.failed} failed (exit status {result.failed_status}); restarting all "
+                    f"{len(self.plan.local)} processes, attempt {attempt + 1} of {self.max_restarts + 1}"
+                )
+        finally:
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+
+    def _attempt(self, attempt: int) -> LaunchResult:
+        running = [_Running(p, attempt, self.sink) for p in self.plan.local]
+        try:
+            while True:
+                if self._stop.is_set():
+                    self._stop_all(running)
+                    return LaunchResult(exit_code=130, attempts=attempt + 1, interrupted=True)
+                for proc in running:
+                    code = proc.process.poll()
+                    if code not in (None, 0):
+                        self._stop_all(running)
+                        proc.reader.join(timeout=5)
+                        return LaunchResult(
+                            exit_code=exit_status(code),
+                            attempts=attempt + 1,
+                            failed=proc.plan.label,
+                            failed_status=exit_status(code),
+                            tail=list(proc.tail),
+                        )
+                if all(p.process.poll() == 0 for p in running if p.plan.label in self._required):
+                    self._stop_all(running)
+                    return LaunchResult(exit_code=0, attempts=attempt + 1)
+                time.sleep(POLL_S)
+        finally:
+            self._stop_all(running)
+            for proc in running:
+                proc.reader.join(timeout=5)
+
+    def _stop_all(self, running: list[_Running]) -> None:
+        alive = [p for p in running if p.process.poll() is None]
+        for proc in alive:
+            proc.signal_group(signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        for proc in alive:
+            try:
+                proc.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.signal_group(signal.SIGKILL)
+                proc.process.wait()
