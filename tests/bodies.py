@@ -155,3 +155,24 @@ def worker_pipeline_ids(dataset_dir: str, global_batch: int) -> list[int]:
             ids.extend(int(i) for i in local.numpy())
     del tf
     return ids
+
+
+def train_weights_on_workers(per_replica: int, steps: int) -> dict[str, Any]:
+    """A worker of a 2-worker cluster: train the test task, return weights and exact eval."""
+    import tfgpu
+    from tasks import make_task
+
+    trainer = tfgpu.Trainer(make_task(per_replica), monitor_gpus=False)
+    trainer.fit(steps=steps)
+    return {"weights": trainer.model.get_weights(), "eval": trainer.evaluate()}
+
+
+def parameter_server_training() -> dict[str, Any]:
+    """Chief of 1 chief / 1 ps / 2 workers: train the test task; ps and workers serve."""
+    import tfgpu
+    from tasks import make_task
+
+    strategy = tfgpu.strategy()
+    result = tfgpu.Trainer(make_task(12), strategy=strategy, monitor_gpus=False).fit(steps=60)
+    losses = [h["loss"] for h in result.history]
+    return {"first": sum(losses[:5]) / 5, "last": sum(losses[-5:]) / 5, "steps": result.steps}

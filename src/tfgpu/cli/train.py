@@ -1,0 +1,105 @@
+"""``tfgpu train FILE_OR_MODULE:FUNCTION``: train the Task that FUNCTION returns, on every replica."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from tfgpu.cli import _common
+from tfgpu.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a Task on every GPU and worker (works under tfgpu launch)")
+    p.add_argument("task", help="FILE_OR_MODULE:FUNCTION returning a tfgpu.Task")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, help="passes over the training data (default 1)")
+    length.add_argument("--steps", type=int, help="training steps in all")
+    p.add_argument("--batch-size", type=int, help="per-replica batch (overrides the Task's)")
+    p.add_argument(
+        "--precision", choices=("auto", "fp32", "bf16", "fp16"), help="mixed precision (auto: by GPU)"
+    )
+    p.add_argument("--xla", action="store_true", help="compile the training step with XLA")
+    p.add_argument(
+        "--steps-per-execution", type=int, default=1, help="steps per tf.function call (default 1)"
+    )
+    p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
+    p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
+    p.add_argument("--log-dir", help="TensorBoard scalars")
+    p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.set_defaults(run=run)
+
+
+def _progress_printer(json_mode: bool):
+    from tfgpu import env
+
+    mode = env.progress_mode() or ("bar" if sys.stderr.isatty() else "lines")
+    last = [0.0]
+
+    def show(p) -> None:
+        if mode == "off":
+            return
+        now = time.monotonic()
+        if now - last[0] < (0.5 if mode == "bar" else 5.0):
+            return
+        last[0] = now
+        total = f"/{p.total_steps}" if p.total_steps else ""
+        line = (
+            f"tfgpu train: step {p.step}{total} epoch {p.epoch + 1} loss {p.loss:.4f} "
+            f"{p.examples_per_s:,.0f} examples/s input wait {p.input_wait_fraction:.0%}"
+        )
+        if mode == "bar":
+            _common.err.print(line, end="\r")
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    return show
+
+
+def run(args: argparse.Namespace) -> int:
+    import tfgpu
+    from tfgpu import choices
+    from tfgpu.loader import load_function
+
+    tfgpu.configure(precision=args.precision)
+    make = load_function(args.task)
+    task = make()
+    if not isinstance(task, tfgpu.Task):
+        raise InputError(
+            f"{args.task} returned {type(task).__name__}, not a tfgpu.Task",
+            value=args.task,
+            fix="return tfgpu.Task(model=..., loss=..., train_data=...)",
+        )
+    if args.batch_size:
+        task = dataclasses.replace(task, batch_size=args.batch_size)
+    trainer = tfgpu.Trainer(
+        task,
+        steps_per_execution=args.steps_per_execution,
+        jit_compile=args.xla,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        log_dir=args.log_dir,
+        on_progress=_progress_printer(args.json),
+    )
+    result = trainer.fit(epochs=None if args.steps else (args.epochs or 1), steps=args.steps)
+    summary = {**result.to_dict(), "choices": choices.as_dict()}
+    if not trainer.is_chief:
+        return 0
+    if args.json:
+        _common.print_json(summary)
+        return 0
+    out = _common.out
+    out.print(choices.summary_line())
+    for entry in result.history:
+        out.print(
+            "  " + "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items())
+        )
+    out.print(
+        f"trained {result.steps} steps x {result.global_batch} examples in {result.seconds:.1f} s: "
+        f"{result.examples_per_s:,.0f} examples/s; {result.verdict.sentence()}"
+    )
+    if result.final_checkpoint:
+        out.print(f"checkpoint: {result.final_checkpoint}")
+    return 0

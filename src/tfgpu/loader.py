@@ -1,0 +1,50 @@
+"""Load a user function named FILE_OR_MODULE:FUNCTION (``tasks.py:make_task``, ``pkg.mod:fn``)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tfgpu.errors import InputError
+
+
+def load_function(reference: str) -> Callable[..., Any]:
+    """The function a FILE_OR_MODULE:FUNCTION reference names; InputError naming what is missing."""
+    target, sep, name = reference.rpartition(":")
+    if not sep or not target or not name:
+        raise InputError(
+            "Expected FILE_OR_MODULE:FUNCTION",
+            value=reference,
+            fix="write it like tasks.py:make_task or mypkg.tasks:make_task",
+        )
+    if target.endswith(".py") or "/" in target:
+        path = Path(target)
+        if not path.exists():
+            raise InputError(f"File {target} does not exist", value=reference, fix="check the path")
+        module_name = f"tfgpu_user_{path.stem}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        sys.path.insert(0, str(path.resolve().parent))
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ModuleNotFoundError as exc:
+            raise InputError(
+                f"Module {target!r} cannot be imported ({exc})",
+                value=reference,
+                fix="check the name and PYTHONPATH",
+            ) from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))[:12]
+        raise InputError(
+            f"{target} has no function {name!r}", value=reference, fix=f"use one of: {', '.join(found)}"
+        )
+    return function

@@ -1,0 +1,54 @@
+"""Checkpoints of model, optimizer, step and epoch, kept to the last K, resumable.
+
+Under MultiWorkerMirroredStrategy every worker must save (the save is collective); only the chief
+writes to the checkpoint directory, the others to a scratch directory deleted right after, as the
+TensorFlow multi-worker guide prescribes.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+
+class Checkpoints:
+    def __init__(
+        self, directory: str | None, *, objects: dict[str, Any], keep: int, is_chief: bool, worker: str
+    ) -> None:
+        import tensorflow as tf
+
+        self.directory = Path(directory) if directory else None
+        self.is_chief = is_chief
+        self.checkpoint = tf.train.Checkpoint(**objects)
+        self.manager = None
+        if self.directory is not None:
+            target = self.directory if is_chief else self.directory / f".{worker}-scratch"
+            self.manager = tf.train.CheckpointManager(
+                self.checkpoint, str(target), max_to_keep=keep if is_chief else 1
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.manager is not None
+
+    def latest(self) -> str | None:
+        import tensorflow as tf
+
+        return tf.train.latest_checkpoint(str(self.directory)) if self.directory else None
+
+    def restore_latest(self) -> str | None:
+        """Restore the chief's latest checkpoint, if any; returns its path."""
+        path = self.latest()
+        if path:
+            self.checkpoint.restore(path).assert_existing_objects_matched()
+        return path
+
+    def save(self, step: int) -> str | None:
+        if self.manager is None:
+            return None
+        path = self.manager.save(checkpoint_number=step)
+        if not self.is_chief:
+            shutil.rmtree(self.manager.directory, ignore_errors=True)
+            return None
+        return path
