@@ -176,3 +176,10 @@ def parameter_server_training() -> dict[str, Any]:
     result = tfgpu.Trainer(make_task(12), strategy=strategy, monitor_gpus=False).fit(steps=60)
     losses = [h["loss"] for h in result.history]
     return {"first": sum(losses[:5]) / 5, "last": sum(losses[-5:]) / 5, "steps": result.steps}
+
+
+def predict_as_worker(model: str, data: str, out: str) -> dict[str, Any]:
+    """One worker of a 2-worker cluster running tfgpu.predict on the same output directory."""
+    from tfgpu.predict import PredictOptions, predict
+
+    return predict(model, data, out, options=PredictOptions(batch_size=64, rows_per_shard=200)).to_dict()

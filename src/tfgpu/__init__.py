@@ -21,6 +21,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Task": ("tfgpu.train", "Task"),
     "Trainer": ("tfgpu.train", "Trainer"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
+    "predict": ("tfgpu.predict", "predict"),
     "choices": ("tfgpu.choices", None),
     "TfgpuError": ("tfgpu.errors", "TfgpuError"),
     "ConfigError": ("tfgpu.errors", "ConfigError"),

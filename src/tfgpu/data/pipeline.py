@@ -238,6 +238,7 @@ def plan(
     image_size: tuple[int, int] | None = None,
     supervised: bool = False,
     seed: int | None = None,
+    shuffle_files: bool | None = None,
 ) -> PipelinePlan:
     """The stages of :func:`pipeline` (same arguments), for building or measuring stage by stage."""
     import tensorflow as tf
@@ -303,7 +304,7 @@ def plan(
         )
         if by_file:
             ds = ds.shard(pipelines, pipeline_id)
-        if training:
+        if training if shuffle_files is None else shuffle_files:
             ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
         return ds
 

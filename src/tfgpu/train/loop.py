@@ -186,8 +186,14 @@ class Trainer:
             worker=self.worker_name,
         )
         self.resumed_from = self.checkpoints.restore_latest()
+        # Python counters: reading or assigning mirrored variables every step costs device ops
+        self._counters = {
+            n: int(v.read_value())
+            for n, v in (("step", self.step), ("epoch", self.epoch), ("epoch_step", self.epoch_step))
+        }
+        self._functions: dict[str, Any] = {}
         if self.resumed_from:
-            log.info("resumed from %s at step %d", self.resumed_from, int(self.step.read_value()))
+            log.info("resumed from %s at step %d", self.resumed_from, self._counters["step"])
 
     # -- data ----------------------------------------------------------------------------------
     def _dataset_fn(self, source: Any, *, training: bool, epoch: int, skip: int) -> Callable[[Any], Any]:
@@ -255,6 +261,21 @@ class Trainer:
 
         return run
 
+    def _run_fn(self) -> Callable[[list[Any]], Any]:
+        """The compiled execution, built once per Trainer (a new tf.function would retrace)."""
+        if "run" not in self._functions:
+            self._functions["run"] = self._execution()
+        return self._functions["run"]
+
+    def _save(self, step: int) -> str | None:
+        for name, variable in (("step", self.step), ("epoch", self.epoch), ("epoch_step", self.epoch_step)):
+            variable.assign(self._counters[name])
+        return self.checkpoints.save(step)
+
+    def reset_epochs(self) -> None:
+        """Start counting epochs and steps from zero again (the weights stay)."""
+        self._counters = {"step": 0, "epoch": 0, "epoch_step": 0}
+
     # -- fit -----------------------------------------------------------------------------------
     def fit(self, *, epochs: int | None = None, steps: int | None = None) -> TrainResult:
         """Train for ``epochs`` passes over the data, or ``steps`` steps in all (resuming counts)."""
@@ -269,7 +290,7 @@ class Trainer:
         import tensorflow as tf
 
         choices.announce()
-        run = self._execution()
+        run = self._run_fn()
         writer = self._summary_writer(tf)
         history: list[dict[str, Any]] = []
         timeline: list[dict[str, float]] = []
@@ -282,10 +303,10 @@ class Trainer:
         last_loss = float("nan")
         try:
             while True:
-                epoch, skip = int(self.epoch.read_value()), int(self.epoch_step.read_value())
+                epoch, skip = self._counters["epoch"], self._counters["epoch_step"]
                 if epochs is not None and epoch >= epochs:
                     break
-                if steps is not None and int(self.step.read_value()) >= steps:
+                if steps is not None and self._counters["step"] >= steps:
                     break
                 dist = self.strategy.distribute_datasets_from_function(
                     self._dataset_fn(self.task.train_data, training=True, epoch=epoch, skip=skip)
@@ -293,7 +314,7 @@ class Trainer:
                 iterator = iter(dist)
                 epoch_loss, epoch_steps = 0.0, 0
                 while True:
-                    remaining = None if steps is None else steps - int(self.step.read_value())
+                    remaining = None if steps is None else steps - self._counters["step"]
                     if remaining is not None and remaining <= 0:
                         break
                     want = (
@@ -304,10 +325,10 @@ class Trainer:
                     fetch = time.perf_counter()
                     batches = []
                     for _ in range(want):
-                        optional = iterator.get_next_as_optional()
-                        if not bool(optional.has_value()):
+                        try:
+                            batches.append(next(iterator))
+                        except StopIteration:
                             break
-                        batches.append(optional.get_value())
                     waited = time.perf_counter() - fetch
                     if not batches:
                         break
@@ -325,13 +346,13 @@ class Trainer:
                     wait_total += waited
                     busy_total += busy
                     done = len(batches)
-                    self.step.assign_add(done)
-                    self.epoch_step.assign_add(done)
+                    self._counters["step"] += done
+                    self._counters["epoch_step"] += done
                     examples += done * self.global_batch
                     epoch_loss += total
                     epoch_steps += done
                     last_loss = total / done
-                    step_now = int(self.step.read_value())
+                    step_now = self._counters["step"]
                     rate = done * self.global_batch / max(waited + busy, 1e-9)
                     point = {
                         "t": round(time.perf_counter() - started, 4),
@@ -361,7 +382,7 @@ class Trainer:
                         self.checkpoint_every
                         and step_now // self.checkpoint_every > (step_now - done) // self.checkpoint_every
                     ):
-                        self.checkpoints.save(step_now)
+                        self._save(step_now)
                     if not math.isfinite(last_loss):
                         raise TfgpuError(
                             f"The loss became {last_loss} at step {step_now}",
@@ -375,19 +396,19 @@ class Trainer:
                 if self.task.eval_data is not None:
                     entry.update({f"eval_{k}": v for k, v in self.evaluate().items()})
                 history.append(entry)
-                self.epoch.assign_add(1)
-                self.epoch_step.assign(0)
+                self._counters["epoch"] += 1
+                self._counters["epoch_step"] = 0
         finally:
             if monitor:
                 monitor.stop()
-        final = self.checkpoints.save(int(self.step.read_value())) if self.checkpoints.enabled else None
+        final = self._save(self._counters["step"]) if self.checkpoints.enabled else None
         if writer is not None:
             writer.flush()
         elapsed = time.perf_counter() - started
         wait_share = wait_total / max(wait_total + busy_total, 1e-9)
         return TrainResult(
-            steps=int(self.step.read_value()),
-            epochs=int(self.epoch.read_value()),
+            steps=self._counters["step"],
+            epochs=self._counters["epoch"],
             global_batch=self.global_batch,
             replicas=self.replicas,
             seconds=elapsed,
@@ -415,13 +436,9 @@ class Trainer:
         return tf.summary.create_file_writer(self.log_dir)
 
     # -- evaluate ------------------------------------------------------------------------------
-    def evaluate(self, data: Any = None) -> dict[str, float]:
-        """Loss and metrics over every example of ``data`` (default: the task's eval data), exactly."""
+    def _eval_step(self) -> Callable[[Any], Any]:
         import tensorflow as tf
 
-        source = data if data is not None else self.task.eval_data
-        if source is None:
-            raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
         strategy, model, loss_fn, metric_fns = self.strategy, self.model, self.loss_fn, self.metric_fns
 
         def replica(*batch: Any) -> dict[str, Any]:
@@ -441,8 +458,17 @@ class Trainer:
             # one reduce per value: MultiWorkerMirroredStrategy does not reduce a dict at once
             return {k: strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for k, v in sums.items()}
 
+        return step
+
+    def evaluate(self, data: Any = None) -> dict[str, float]:
+        """Loss and metrics over every example of ``data`` (default: the task's eval data), exactly."""
+
+        source = data if data is not None else self.task.eval_data
+        if source is None:
+            raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
+        step = self._functions.get("eval") or self._functions.setdefault("eval", self._eval_step())
         sums: dict[str, float] = {}
-        dist = strategy.distribute_datasets_from_function(
+        dist = self.strategy.distribute_datasets_from_function(
             self._dataset_fn(source, training=False, epoch=0, skip=0)
         )
         iterator = iter(dist)

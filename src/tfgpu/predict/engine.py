@@ -1,0 +1,359 @@
+"""``tfgpu.predict``: batch prediction on every local replica, in input order, streamed, resumable.
+
+Every row carries its input row id from the reader to the writer, so the output is in input order
+whatever the replicas, workers, read order or bucketing. Each global batch is split evenly across
+the replicas; the last one is padded (rows with id -1) and the padding dropped. Under
+``tfgpu launch`` each worker predicts a contiguous part of the input and writes its own shards;
+the chief writes the final manifest once every part is complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import tfgpu
+from tfgpu import choices, cluster
+from tfgpu.errors import ConfigError, InputError
+from tfgpu.predict import writers
+from tfgpu.predict.inputs import InputSource, open_input
+from tfgpu.predict.models import Predictor, load_predictor
+
+PARTS = "_parts"
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """batch_size is the global batch (rounded up to a multiple of the replicas)."""
+
+    batch_size: int = 256
+    fmt: str = "parquet"
+    signature: str | None = None
+    bucket_by: str | None = None
+    buckets: int = 8
+    rows_per_shard: int = 100_000
+    deterministic: bool = True  # False: parallel reads in any order (ids keep the output ordered)
+    wait_for_parts_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.rows_per_shard < 1:
+            raise ConfigError(
+                "batch_size and rows_per_shard must be at least 1",
+                value=(self.batch_size, self.rows_per_shard),
+                fix="pass e.g. --batch-size 256",
+            )
+        if self.fmt not in writers.FORMATS:
+            raise ConfigError(
+                "Unknown output format", value=self.fmt, fix=f"use one of {', '.join(writers.FORMATS)}"
+            )
+
+
+@dataclass
+class PredictResult:
+    rows: int
+    predicted_rows: int
+    seconds: float
+    replicas: int
+    worker: int
+    workers: int
+    shards: int
+    output: str
+    resumed_from_row: int | None
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.predicted_rows / self.seconds if self.seconds else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "predicted_rows": self.predicted_rows,
+            "seconds": round(self.seconds, 3),
+            "rows_per_s": round(self.rows_per_s, 1),
+            "rows_per_s_per_replica": round(self.rows_per_s / self.replicas, 1),
+            "replicas": self.replicas,
+            "worker": self.worker,
+            "workers": self.workers,
+            "shards": self.shards,
+            "output": self.output,
+            "resumed_from_row": self.resumed_from_row,
+        }
+
+
+def _worker_part(environ: Any = None) -> tuple[int, int]:
+    """(this worker, workers): predicting tasks are the chief and the workers, chief first."""
+    spec = cluster.from_environ(environ)
+    if spec is None:
+        return 0, 1
+    order = [("chief", i) for i in range(len(spec.cluster.get("chief", ())))] + [
+        ("worker", i) for i in range(len(spec.cluster.get("worker", ())))
+    ]
+    if (spec.task_type, spec.task_index) not in order:
+        raise ConfigError(
+            f"A {spec.task_type} task does not predict",
+            value=spec.task_type,
+            fix="run tfgpu predict on chief and worker tasks only",
+        )
+    return order.index((spec.task_type, spec.task_index)), len(order)
+
+
+def _match_inputs(predictor: Predictor, source: InputSource, label: str | None) -> dict[str, str]:
+    """Model input name -> input column; InputError naming what does not match."""
+    if predictor.takes_examples:
+        return {}
+    columns = {k: v for k, v in source.columns.items() if k != label}
+    names = [i.name for i in predictor.inputs]
+    if all(n in source.columns for n in names):
+        mapping = {n: n for n in names}
+    elif len(names) == 1 and len(columns) == 1:
+        mapping = {names[0]: next(iter(columns))}
+    else:
+        raise InputError(
+            f"The model's inputs {names} are not columns of the input",
+            value=sorted(source.columns),
+            fix="rename the columns to the model's input names, or feed a dataset with one feature",
+        )
+    for spec in predictor.inputs:
+        column = source.columns[mapping[spec.name]]
+        if (column.dtype == "string") != (spec.dtype == "string"):
+            raise InputError(
+                f"Column {mapping[spec.name]!r} holds {column.dtype} but model input {spec.name!r} takes {spec.dtype}",
+                value={mapping[spec.name]: column.dtype},
+                fix="convert the column, or choose another --signature",
+            )
+        known = [
+            (a, b) for a, b in zip(column.shape, spec.shape, strict=False) if a is not None and b is not None
+        ]
+        if len(column.shape) != len(spec.shape) or any(a != b for a, b in known):
+            raise InputError(
+                f"Column {mapping[spec.name]!r} has shape {column.shape} per row but model input {spec.name!r} takes {spec.shape}",
+                value={mapping[spec.name]: list(column.shape)},
+                fix="reshape the data to the model's input shape",
+            )
+    return mapping
+
+
+def _local_strategy() -> Any:
+    """Prediction needs no cross-worker collectives: replicate over this process's devices only."""
+    from tfgpu import distribute
+
+    gpus, logical_cpus = distribute.local_device_counts()
+    picked = distribute.choose(name=None, spec=None, gpus=gpus, logical_cpus=logical_cpus)
+    built = distribute._build(picked, None, serve=False)
+    choices.record(
+        "predict.strategy", f"{distribute.DISPLAY[picked.kind]} x{built.num_replicas_in_sync}", picked.reason
+    )
+    return built
+
+
+def _dataset(
+    source: InputSource,
+    predictor: Predictor,
+    mapping: dict[str, str],
+    *,
+    start: int,
+    stop: int,
+    batch: int,
+    options: PredictOptions,
+) -> Any:
+    import tensorflow as tf
+
+    ds = source.dataset(start, stop, examples=predictor.takes_examples, deterministic=options.deterministic)
+    dtypes = {i.name: i.dtype for i in predictor.inputs}
+    if predictor.takes_examples:
+        name = predictor.inputs[0].name
+        ds = ds.map(lambda i, record: (i, {name: record}))
+    else:
+        ds = ds.map(
+            lambda i, f: (
+                i,
+                {n: tf.cast(f[c], dtypes[n]) if dtypes[n] != "string" else f[c] for n, c in mapping.items()},
+            )
+        )
+    if options.bucket_by:
+        inverse = {c: n for n, c in mapping.items()}
+        key = inverse.get(options.bucket_by)
+        if key is None or source.columns[options.bucket_by].shape != (None,):
+            raise InputError(
+                f"--bucket-by needs a variable-length input column, got {options.bucket_by!r}",
+                value=options.bucket_by,
+                fix=f"use one of: {', '.join(n for n, c in source.columns.items() if c.shape == (None,)) or '(none)'}",
+            )
+        bounds = _bucket_bounds(source, options)
+        ds = ds.bucket_by_sequence_length(
+            lambda i, f: tf.shape(f[key])[0], bounds, [batch] * (len(bounds) + 1)
+        )
+        choices.record(
+            "predict.buckets", f"{len(bounds) + 1} by {options.bucket_by}", f"length boundaries {bounds}"
+        )
+    else:
+        ds = ds.batch(batch)
+
+    def pad(ids: Any, features: Any) -> Any:
+        missing = batch - tf.shape(ids)[0]
+        ids = tf.ensure_shape(tf.concat([ids, tf.fill([missing], tf.constant(-1, tf.int64))], 0), [batch])
+        features = {k: tf.concat([v, tf.repeat(v[:1], missing, axis=0)], 0) for k, v in features.items()}
+        return ids, {k: tf.ensure_shape(v, [batch, *v.shape[1:]]) for k, v in features.items()}
+
+    ds = ds.map(pad, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    off = tf.data.Options()
+    off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return ds.with_options(off)
+
+
+def _bucket_bounds(source: InputSource, options: PredictOptions) -> list[int]:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    path = getattr(source, "path", None)
+    if path is None or path.suffix.lower() not in (".parquet", ".pq"):
+        raise InputError(
+            "--bucket-by works on Parquet inputs with a list column",
+            value=str(path),
+            fix="store sequences as a Parquet list column",
+        )
+    lengths = pc.list_value_length(pq.read_table(path, columns=[options.bucket_by]).column(0)).to_numpy()
+    cuts = np.unique(np.quantile(lengths, np.linspace(0, 1, options.buckets + 1)[1:-1]).astype(int) + 1)
+    return [int(c) for c in cuts if c > 1] or [int(lengths.max()) + 1]
+
+
+def predict(
+    model: str,
+    input: str,
+    output: str,
+    *,
+    options: PredictOptions | None = None,
+    strategy: Any = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> PredictResult:
+    """Predict MODEL on INPUT into the OUTPUT directory; see the module docstring."""
+    import tensorflow as tf
+
+    options = options or PredictOptions()
+    strategy = strategy or _local_strategy()
+    replicas = int(strategy.num_replicas_in_sync)
+    batch = -(-options.batch_size // replicas) * replicas
+    if batch != options.batch_size:
+        choices.record("predict.batch", batch, f"rounded up to a multiple of {replicas} replicas")
+    with strategy.scope():
+        predictor = load_predictor(model, signature=options.signature)
+    source = open_input(input)
+    label = getattr(getattr(source, "manifest", None), "label", None)
+    mapping = _match_inputs(predictor, source, label)
+    worker, workers = _worker_part()
+    start, stop = worker * source.rows // workers, (worker + 1) * source.rows // workers
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    first = writers.resume_row(out, options.fmt, start, stop)
+    sink = writers.OrderedShards(
+        out, fmt=options.fmt, start=first, stop=stop, rows_per_shard=options.rows_per_shard
+    )
+    choices.announce()
+
+    @tf.function
+    def step(ids: Any, features: Any) -> Any:
+        return strategy.run(lambda i, f: (i, predictor.call(f)), args=(ids, features))
+
+    started = time.perf_counter()
+    if first < stop:
+        dist = strategy.experimental_distribute_dataset(
+            _dataset(source, predictor, mapping, start=first, stop=stop, batch=batch, options=options)
+        )
+        for ids, features in dist:
+            out_ids, outputs = step(ids, features)
+            local_ids = np.concatenate([t.numpy() for t in strategy.experimental_local_results(out_ids)])
+            local = {
+                k: np.concatenate([t.numpy() for t in strategy.experimental_local_results(v)])
+                for k, v in outputs.items()
+            }
+            sink.add(local_ids, local)
+            if on_progress:
+                on_progress(sink.next_row - start, stop - start)
+    sink.finish()
+    seconds = time.perf_counter() - started
+    done = writers.completed_shards(out, options.fmt)
+    part = {
+        "worker": worker,
+        "start": start,
+        "stop": stop,
+        "columns": sink.columns or _columns_from(out, options),
+        "shards": [s.__dict__ for s in done if start <= s.first_row < stop],
+    }
+    (out / PARTS).mkdir(exist_ok=True)
+    _write_part(out, worker, workers, part)
+    if worker == 0:
+        _write_final(out, workers, options, model=model, input=input, predictor=predictor, total=source.rows)
+    return PredictResult(
+        rows=stop - start,
+        predicted_rows=stop - first,
+        seconds=seconds,
+        replicas=replicas,
+        worker=worker,
+        workers=workers,
+        shards=len(part["shards"]),
+        output=str(out),
+        resumed_from_row=first if first > start else None,
+    )
+
+
+def _columns_from(out: Path, options: PredictOptions) -> dict[str, Any]:
+    earlier = out / "manifest.json"
+    return json.loads(earlier.read_text())["columns"] if earlier.exists() else {}
+
+
+def _write_part(out: Path, worker: int, workers: int, part: dict[str, Any]) -> None:
+    path = out / PARTS / f"worker-{worker:05d}-of-{workers:05d}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(part))
+    os.replace(tmp, path)
+
+
+def _write_final(
+    out: Path,
+    workers: int,
+    options: PredictOptions,
+    *,
+    model: str,
+    input: str,
+    predictor: Predictor,
+    total: int,
+) -> None:
+    deadline = time.monotonic() + options.wait_for_parts_s
+    paths = [out / PARTS / f"worker-{w:05d}-of-{workers:05d}.json" for w in range(workers)]
+    while not all(p.exists() for p in paths):
+        if time.monotonic() > deadline:
+            missing = [p.name for p in paths if not p.exists()]
+            raise InputError(
+                "Not every worker finished its part of the prediction",
+                value=missing,
+                fix="re-run the missing workers (completed shards are kept), then the chief",
+            )
+        time.sleep(0.2)
+    parts = [json.loads(p.read_text()) for p in paths]
+    shards = sorted((s for p in parts for s in p["shards"]), key=lambda s: s["first_row"])
+    columns = next((p["columns"] for p in parts if p["columns"]), {})
+    writers.write_manifest(
+        out,
+        {
+            "format": options.fmt,
+            "total_rows": total,
+            "columns": {writers.ID: {"dtype": "int64", "shape": []}, **columns},
+            "shards": shards,
+            "model": str(Path(model).resolve()),
+            "model_kind": predictor.description,
+            "input": str(Path(input).resolve()),
+            "workers": workers,
+            "created_by": {
+                "tool": "tfgpu predict",
+                "version": tfgpu.__version__,
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            },
+        },
+    )

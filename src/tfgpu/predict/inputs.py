@@ -1,0 +1,258 @@
+"""Prediction inputs, streamed: a tfgpu TFRecord dataset (manifest), Parquet or CSV, ``.npy``.
+
+Each yields a tf.data.Dataset of (ids, features) for a row range, so several workers can take
+disjoint ranges and a resumed run can start where the completed shards end. Memory stays bounded:
+tables are read a record batch at a time, arrays are memory-mapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tfgpu.errors import InputError
+
+READ_ROWS = 8192  # rows per read from a table
+
+
+@dataclass
+class Column:
+    dtype: str  # numpy / tf dtype name, "string" for text and bytes
+    shape: tuple[int | None, ...]  # per row; None marks a variable length
+
+
+class InputSource:
+    rows: int
+    columns: dict[str, Column]
+    description: str
+
+    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+        """(ids, features) per row, for rows [start, stop); features is a dict, or serialized Examples."""
+        raise NotImplementedError
+
+
+def _tf_dtype(dtype: str) -> Any:
+    import tensorflow as tf
+
+    return tf.string if dtype == "string" else tf.as_dtype(dtype)
+
+
+class ManifestInput(InputSource):
+    def __init__(self, path: Path) -> None:
+        from tfgpu import data
+
+        self.manifest = data.load(path)
+        self.rows = self.manifest.total_rows
+        self.columns = {n: Column(f.dtype, f.shape) for n, f in self.manifest.features.items()}
+        self.description = f"tfgpu dataset {path} ({self.rows} rows, {len(self.manifest.shards)} shards)"
+
+    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+        import tensorflow as tf
+
+        from tfgpu import data
+
+        shards = [s for s in self.manifest.shards if s.first_row < stop and s.first_row + s.rows > start]
+        subset = data.Manifest(
+            features=self.manifest.features,
+            shards=shards,
+            compression=self.manifest.compression,
+            label=self.manifest.label,
+            directory=self.manifest.directory,
+        )
+        plan = data.plan(
+            subset,
+            batch_size=256,
+            with_ids=True,
+            cache="off",
+            deterministic=deterministic,
+            shuffle_files=not deterministic,
+        )
+        if examples:
+            ds = plan.build(upto="read").unbatch()  # (id, serialized record)
+        else:
+            ds = plan.build().unbatch().map(lambda e: (e.pop("id"), e))
+        return ds.filter(lambda i, _: tf.logical_and(i >= start, i < stop))
+
+
+class TableInput(InputSource):
+    def __init__(self, path: Path) -> None:
+        import pyarrow as pa
+
+        self.path = path
+        try:
+            if path.suffix.lower() == ".csv":
+                import pyarrow.csv as pcsv
+
+                with pcsv.open_csv(path) as reader:
+                    schema = reader.schema
+                with path.open("rb") as handle:
+                    self.rows = max(0, sum(1 for _ in handle) - 1)
+            else:
+                import pyarrow.parquet as pq
+
+                meta = pq.ParquetFile(path)
+                schema = meta.schema_arrow
+                self.rows = meta.metadata.num_rows
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(
+                f"Cannot read table {path}: {str(exc).splitlines()[0]}", fix="check the file is complete"
+            ) from None
+        self.columns = {f.name: self._column(f) for f in schema}
+        self.description = f"table {path} ({self.rows} rows)"
+
+    @staticmethod
+    def _column(field: Any) -> Column:
+        import pyarrow as pa
+
+        kind = field.type
+        if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            return Column(np.dtype(kind.value_type.to_pandas_dtype()).name, (None,))
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
+            return Column("string", ())
+        return Column(np.dtype(kind.to_pandas_dtype()).name, ())
+
+    def _batches(self) -> Iterator[Any]:
+        if self.path.suffix.lower() == ".csv":
+            import pyarrow.csv as pcsv
+
+            with pcsv.open_csv(self.path, read_options=pcsv.ReadOptions(block_size=1 << 20)) as reader:
+                yield from reader
+        else:
+            import pyarrow.parquet as pq
+
+            yield from pq.ParquetFile(self.path).iter_batches(batch_size=READ_ROWS)
+
+    def _rows(self, start: int, stop: int) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+        seen = 0
+        for batch in self._batches():
+            first, last = seen, seen + batch.num_rows
+            seen = last
+            if last <= start:
+                continue
+            if first >= stop:
+                return
+            piece = batch.slice(max(0, start - first), min(stop, last) - max(start, first))
+            ids = np.arange(max(start, first), min(stop, last), dtype=np.int64)
+            yield ids, {name: self._values(piece.column(name), name) for name in self.columns}
+
+    def _values(self, array: Any, name: str) -> Any:
+        column = self.columns[name]
+        if array.null_count:
+            raise InputError(
+                f"{self.path}: column {name!r} has empty values",
+                value=name,
+                fix="fill or drop them before predicting",
+            )
+        if column.shape == (None,):
+            return [np.asarray(v, dtype=column.dtype) for v in array.to_pylist()]
+        if column.dtype == "string":
+            return np.asarray(
+                [v.encode() if isinstance(v, str) else v for v in array.to_pylist()], dtype=object
+            )
+        return array.to_numpy(zero_copy_only=False)
+
+    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+        import tensorflow as tf
+
+        ragged = [n for n, c in self.columns.items() if c.shape == (None,)]
+        if examples:
+            signature = (tf.TensorSpec([], tf.int64), tf.TensorSpec([], tf.string))
+
+            def rows() -> Iterator[Any]:
+                for ids, values in self._rows(start, stop):
+                    for k, row_id in enumerate(ids):
+                        yield row_id, _example({n: v[k] for n, v in values.items()}, self.columns)
+
+            return tf.data.Dataset.from_generator(rows, output_signature=signature)
+        spec = {
+            n: tf.TensorSpec([None] if n in ragged else [], _tf_dtype(c.dtype))
+            for n, c in self.columns.items()
+        }
+
+        def each() -> Iterator[Any]:
+            for ids, values in self._rows(start, stop):
+                for k, row_id in enumerate(ids):
+                    yield row_id, {n: v[k] for n, v in values.items()}
+
+        return tf.data.Dataset.from_generator(each, output_signature=(tf.TensorSpec([], tf.int64), spec))
+
+
+def _example(row: dict[str, Any], columns: dict[str, Column]) -> bytes:
+    import tensorflow as tf
+
+    feature = {}
+    for name, value in row.items():
+        array = np.ravel(np.asarray(value))
+        if columns[name].dtype == "string":
+            feature[name] = tf.train.Feature(
+                bytes_list=tf.train.BytesList(
+                    value=[v if isinstance(v, bytes) else str(v).encode() for v in array]
+                )
+            )
+        elif array.dtype.kind in "iub":
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(value=array.astype(np.int64)))
+        else:
+            feature[name] = tf.train.Feature(float_list=tf.train.FloatList(value=array.astype(np.float32)))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+class ArrayInput(InputSource):
+    def __init__(self, path: Path) -> None:
+        try:
+            self.array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise InputError(
+                f"Cannot read {path}: {exc}", fix="pass a complete .npy file of numbers"
+            ) from None
+        self.name = path.stem
+        self.rows = int(self.array.shape[0])
+        self.columns = {self.name: Column(self.array.dtype.name, tuple(int(d) for d in self.array.shape[1:]))}
+        self.description = f"array {path} {tuple(self.array.shape)} {self.array.dtype}"
+
+    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+        import tensorflow as tf
+
+        column = self.columns[self.name]
+
+        def chunks() -> Iterator[Any]:
+            for first in range(start, stop, READ_ROWS):
+                last = min(stop, first + READ_ROWS)
+                yield np.arange(first, last, dtype=np.int64), {self.name: np.asarray(self.array[first:last])}
+
+        spec = (
+            tf.TensorSpec([None], tf.int64),
+            {self.name: tf.TensorSpec([None, *column.shape], tf.as_dtype(column.dtype))},
+        )
+        ds = tf.data.Dataset.from_generator(chunks, output_signature=spec).unbatch()
+        if examples:
+
+            def serialize(values: Any) -> Any:
+                record = tf.py_function(
+                    lambda v: _example({self.name: v.numpy()}, self.columns), [values], tf.string
+                )
+                return tf.ensure_shape(record, [])
+
+            return ds.map(lambda i, f: (i, serialize(f[self.name])))
+        return ds
+
+
+def open_input(path: str) -> InputSource:
+    source = Path(path)
+    if not source.exists():
+        raise InputError(f"Input {path} does not exist", value=path, fix="check the path")
+    if source.is_dir() or source.name == "manifest.json":
+        return ManifestInput(source)
+    suffix = source.suffix.lower()
+    if suffix in (".parquet", ".pq", ".csv"):
+        return TableInput(source)
+    if suffix == ".npy":
+        return ArrayInput(source)
+    raise InputError(
+        f"tfgpu predict cannot read {source.name}",
+        value=path,
+        fix="pass a tfgpu dataset directory (tfgpu convert), a .parquet or .csv table, or a .npy array",
+    )
