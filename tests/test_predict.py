@@ -255,17 +255,15 @@ def test_bad_inputs(files, tmp_path):
         with pytest.raises(InputError, match=needle) as info:
             predict(model, source, str(tmp_path / "o"), options=PredictOptions(**extra), strategy=strategy(1))
         assert "Fix:" in info.value.message
-    assert "serving_default, tensors" in str(
-        pytest.raises(
-            InputError,
-            predict,
+    with pytest.raises(InputError) as info:
+        predict(
             str(files["root"] / "estimator_like"),
             x,
             str(tmp_path / "o"),
             options=PredictOptions(signature="nope"),
             strategy=strategy(1),
-        ).value
-    )
+        )
+    assert "serving_default, tensors" in str(info.value)
     pq.write_table(pa.table({"q": ["a", "b"], "r": [1.0, 2.0]}), tmp_path / "s.parquet")
     pq.write_table(pa.table({"x": ["a", "b"]}), tmp_path / "x.parquet")
     np.save(tmp_path / "w.npy", np.zeros((4, 5), "float32"))
