@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench bench-data bench-train bench-predict clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,17 @@ test: lint
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench examples
 	$(BIN)/ruff format src tests bench examples
+
+bench: bench-data bench-train bench-predict
+
+bench-data: $(STAMP)
+	cd bench && ../$(BIN)/python data_bench.py
+
+bench-train: $(STAMP)
+	cd bench && ../$(BIN)/python train_bench.py
+
+bench-predict: $(STAMP)
+	cd bench && ../$(BIN)/python predict_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

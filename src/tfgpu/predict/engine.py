@@ -165,7 +165,14 @@ def _dataset(
 ) -> Any:
     import tensorflow as tf
 
-    ds = source.dataset(start, stop, examples=predictor.takes_examples, deterministic=options.deterministic)
+    per_row = options.bucket_by is not None
+    ds = source.dataset(
+        start,
+        stop,
+        examples=predictor.takes_examples,
+        deterministic=options.deterministic,
+        batch=None if per_row else batch,
+    )
     dtypes = {i.name: i.dtype for i in predictor.inputs}
     if predictor.takes_examples:
         name = predictor.inputs[0].name
@@ -193,8 +200,6 @@ def _dataset(
         choices.record(
             "predict.buckets", f"{len(bounds) + 1} by {options.bucket_by}", f"length boundaries {bounds}"
         )
-    else:
-        ds = ds.batch(batch)
 
     def pad(ids: Any, features: Any) -> Any:
         missing = batch - tf.shape(ids)[0]

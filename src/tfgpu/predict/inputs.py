@@ -30,8 +30,11 @@ class InputSource:
     columns: dict[str, Column]
     description: str
 
-    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
-        """(ids, features) per row, for rows [start, stop); features is a dict, or serialized Examples."""
+    def dataset(
+        self, start: int, stop: int, *, examples: bool, deterministic: bool, batch: int | None
+    ) -> Any:
+        """(ids, features) for rows [start, stop): batches of ``batch`` rows (the last may be short),
+        or one row per element when ``batch`` is None; features is a dict, or serialized Examples."""
         raise NotImplementedError
 
 
@@ -50,7 +53,9 @@ class ManifestInput(InputSource):
         self.columns = {n: Column(f.dtype, f.shape) for n, f in self.manifest.features.items()}
         self.description = f"tfgpu dataset {path} ({self.rows} rows, {len(self.manifest.shards)} shards)"
 
-    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+    def dataset(
+        self, start: int, stop: int, *, examples: bool, deterministic: bool, batch: int | None
+    ) -> Any:
         import tensorflow as tf
 
         from tfgpu import data
@@ -75,7 +80,8 @@ class ManifestInput(InputSource):
             ds = plan.build(upto="read").unbatch()  # (id, serialized record)
         else:
             ds = plan.build().unbatch().map(lambda e: (e.pop("id"), e))
-        return ds.filter(lambda i, _: tf.logical_and(i >= start, i < stop))
+        ds = ds.filter(lambda i, _: tf.logical_and(i >= start, i < stop))
+        return ds if batch is None else ds.batch(batch)
 
 
 class TableInput(InputSource):
@@ -155,7 +161,9 @@ class TableInput(InputSource):
             )
         return array.to_numpy(zero_copy_only=False)
 
-    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+    def dataset(
+        self, start: int, stop: int, *, examples: bool, deterministic: bool, batch: int | None
+    ) -> Any:
         import tensorflow as tf
 
         ragged = [n for n, c in self.columns.items() if c.shape == (None,)]
@@ -178,7 +186,29 @@ class TableInput(InputSource):
                 for k, row_id in enumerate(ids):
                     yield row_id, {n: v[k] for n, v in values.items()}
 
-        return tf.data.Dataset.from_generator(each, output_signature=(tf.TensorSpec([], tf.int64), spec))
+        ds = tf.data.Dataset.from_generator(each, output_signature=(tf.TensorSpec([], tf.int64), spec))
+        return ds if batch is None else ds.batch(batch)
+
+
+def _rebatch(
+    chunks: Iterator[tuple[np.ndarray, dict[str, Any]]], batch: int
+) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
+    """Re-cut (ids, columns) chunks of any size into batches of exactly ``batch`` rows (last shorter)."""
+    held_ids: list[np.ndarray] = []
+    held: list[dict[str, Any]] = []
+    count = 0
+    for ids, values in chunks:
+        held_ids.append(ids)
+        held.append(values)
+        count += len(ids)
+        while count >= batch:
+            all_ids = np.concatenate(held_ids)
+            merged = {k: np.concatenate([h[k] for h in held]) for k in held[0]}
+            yield all_ids[:batch], {k: v[:batch] for k, v in merged.items()}
+            held_ids, held = [all_ids[batch:]], [{k: v[batch:] for k, v in merged.items()}]
+            count -= batch
+    if count:
+        yield np.concatenate(held_ids), {k: np.concatenate([h[k] for h in held]) for k in held[0]}
 
 
 def _example(row: dict[str, Any], columns: dict[str, Column]) -> bytes:
@@ -213,21 +243,28 @@ class ArrayInput(InputSource):
         self.columns = {self.name: Column(self.array.dtype.name, tuple(int(d) for d in self.array.shape[1:]))}
         self.description = f"array {path} {tuple(self.array.shape)} {self.array.dtype}"
 
-    def dataset(self, start: int, stop: int, *, examples: bool, deterministic: bool) -> Any:
+    def dataset(
+        self, start: int, stop: int, *, examples: bool, deterministic: bool, batch: int | None
+    ) -> Any:
         import tensorflow as tf
 
         column = self.columns[self.name]
+        direct = batch is not None and not examples
+        step = batch if direct else READ_ROWS
 
         def chunks() -> Iterator[Any]:
-            for first in range(start, stop, READ_ROWS):
-                last = min(stop, first + READ_ROWS)
+            for first in range(start, stop, step):
+                last = min(stop, first + step)
                 yield np.arange(first, last, dtype=np.int64), {self.name: np.asarray(self.array[first:last])}
 
         spec = (
             tf.TensorSpec([None], tf.int64),
             {self.name: tf.TensorSpec([None, *column.shape], tf.as_dtype(column.dtype))},
         )
-        ds = tf.data.Dataset.from_generator(chunks, output_signature=spec).unbatch()
+        ds = tf.data.Dataset.from_generator(chunks, output_signature=spec)
+        if direct:
+            return ds  # already batches of exactly `batch` rows
+        ds = ds.unbatch()
         if examples:
 
             def serialize(values: Any) -> Any:
@@ -236,8 +273,8 @@ class ArrayInput(InputSource):
                 )
                 return tf.ensure_shape(record, [])
 
-            return ds.map(lambda i, f: (i, serialize(f[self.name])))
-        return ds
+            ds = ds.map(lambda i, f: (i, serialize(f[self.name])))
+        return ds if batch is None else ds.batch(batch)
 
 
 def open_input(path: str) -> InputSource:

@@ -118,6 +118,9 @@ class OrderedShards:
             }
         if self.pending is None:
             self.pending = {k: v[:0] for k, v in outputs.items()}
+        if not len(self.pending_ids) and len(ids) and ids[0] == self.next_row and np.all(np.diff(ids) == 1):
+            self._ready(ids, outputs)  # the usual case: rows arrive in order
+            return
         self.pending_ids = np.concatenate([self.pending_ids, ids])
         self.pending = {k: np.concatenate([self.pending[k], outputs[k]]) for k in outputs}
         order = np.argsort(self.pending_ids, kind="stable")

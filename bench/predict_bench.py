@@ -1,0 +1,177 @@
+"""Prediction benchmark (issue 6): tfgpu predict vs Keras model.predict on one device.
+
+- rows/s, median of 5 interleaved rounds, on 200,000 rows x 64 features (tfgpu also writes the
+  Parquet shards; Keras keeps every output in memory);
+- peak resident memory predicting 100,000 and 1,000,000 rows, each in a fresh process.
+
+Run: make bench-predict   (or .venv/bin/python bench/predict_bench.py [--repeats 5])
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+BATCH = 1024
+
+
+def build(root: Path, rows: int) -> tuple[Path, Path]:
+    import keras
+    import numpy as np
+
+    model_path, data_path = root / "m.keras", root / f"x{rows}.npy"
+    if not model_path.exists():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [
+                keras.Input((64,), name="x"),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(256, activation="relu"),
+                keras.layers.Dense(10, activation="softmax"),
+            ]
+        )
+        model.save(model_path)
+    if not data_path.exists():
+        array = np.lib.format.open_memmap(data_path, mode="w+", dtype="float32", shape=(rows, 64))
+        for start in range(0, rows, 100_000):
+            stop = min(rows, start + 100_000)
+            array[start:stop] = np.random.default_rng(start).normal(size=(stop - start, 64))
+        array.flush()
+    return model_path, data_path
+
+
+def child(kind: str, root: Path, rows: int) -> None:
+    """Predict in this fresh process and print its peak resident memory (MiB)."""
+    import numpy as np
+    import tensorflow as tf
+
+    model_path, data_path = build(root, rows)
+    if kind == "tfgpu":
+        from tfgpu.predict import PredictOptions, predict
+
+        out = root / f"out-{rows}"
+        shutil.rmtree(out, ignore_errors=True)
+        predict(
+            str(model_path),
+            str(data_path),
+            str(out),
+            options=PredictOptions(batch_size=BATCH),
+            strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
+        )
+    else:
+        import keras
+
+        model = keras.saving.load_model(model_path)
+        outputs = model.predict(np.load(data_path, mmap_mode="r"), batch_size=BATCH, verbose=0)
+        assert outputs.shape[0] == rows
+    print(json.dumps({"peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def peak(kind: str, root: Path, rows: int) -> float:
+    done = subprocess.run(
+        [sys.executable, __file__, "--child", kind, str(root), str(rows)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--child", nargs=3, metavar=("KIND", "ROOT", "ROWS"))
+    args = parser.parse_args()
+    if args.child:
+        child(args.child[0], Path(args.child[1]), int(args.child[2]))
+        return
+    from _common import interleaved_rates, save, table
+
+    root = Path(tempfile.mkdtemp(prefix="tfgpu-predict-bench-"))
+    try:
+        import keras
+        import numpy as np
+        import tensorflow as tf
+
+        from tfgpu.predict import PredictOptions, predict
+
+        rows = 200_000
+        model_path, data_path = build(root, rows)
+        model = keras.saving.load_model(model_path)
+        one = tf.distribute.OneDeviceStrategy("/cpu:0")
+
+        def tfgpu_run() -> int:
+            out = root / "bench-out"
+            shutil.rmtree(out, ignore_errors=True)
+            predict(
+                str(model_path),
+                str(data_path),
+                str(out),
+                options=PredictOptions(batch_size=BATCH),
+                strategy=one,
+            )
+            return rows
+
+        def keras_run() -> int:
+            model.predict(np.load(data_path, mmap_mode="r"), batch_size=BATCH, verbose=0)
+            return rows
+
+        rates = interleaved_rates(
+            {"keras model.predict": keras_run, "tfgpu predict (to Parquet)": tfgpu_run}, rounds=args.repeats
+        )
+        memory = {(kind, n): peak(kind, root, n) for kind in ("tfgpu", "keras") for n in (100_000, 1_000_000)}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    speed = [
+        {"run": k, "rows_per_s": v["median"], "min": v["min"], "max": v["max"]} for k, v in rates.items()
+    ]
+    mem = [{"run": f"{kind} {n:,} rows", "peak_rss_mib": m} for (kind, n), m in memory.items()]
+    ratio = rates["tfgpu predict (to Parquet)"]["median"] / rates["keras model.predict"]["median"]
+    goals = [
+        {"goal": "tfgpu / keras predict rows/s >= 1.0", "measured": ratio, "target": 1.0},
+        {
+            "goal": "tfgpu peak RSS 1M / 100k rows <= 1.2",
+            "measured": memory[("tfgpu", 1_000_000)] / memory[("tfgpu", 100_000)],
+            "target": 1.2,
+        },
+        {
+            "goal": "(keras peak RSS 1M / 100k rows, for comparison)",
+            "measured": memory[("keras", 1_000_000)] / memory[("keras", 100_000)],
+            "target": None,
+        },
+    ]
+    for goal in goals[:2]:
+        goal["met"] = (
+            "yes"
+            if (
+                goal["measured"] >= goal["target"]
+                if "rows/s" in goal["goal"]
+                else goal["measured"] <= goal["target"]
+            )
+            else "NO"
+        )
+    print(
+        table(
+            f"Prediction speed, {200_000:,} rows x 64 features, MLP 64-256-256-10, batch {BATCH}, one device (median of {args.repeats})",
+            speed,
+            ["run", "rows_per_s", "min", "max"],
+        )
+    )
+    print()
+    print(table("Peak resident memory (fresh process each)", mem, ["run", "peak_rss_mib"]))
+    print()
+    print(table("Goals", goals, ["goal", "measured", "target", "met"]))
+    print(f"\nwrote {save('predict_bench', {'speed': speed, 'memory': mem, 'goals': goals})}")
+
+
+if __name__ == "__main__":
+    main()

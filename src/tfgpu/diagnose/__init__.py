@@ -1,0 +1,234 @@
+"""``tfgpu diagnose``: is the GPU waiting for input, for the host, or is the device the limit?
+
+Measures, after warm-up: the pipeline alone, the device alone (a real Keras step on a synthetic batch
+already on the device, a simulated device, or a target rate), both together with the wait for input
+timed every step, the CPU seconds per example, and every stage's rate. Gives the TensorFlow
+profiler's verdict, and advice ranked by a gain estimated from those measurements; ``apply=True``
+applies what does not change results (tf.data options, prefetch) and measures again.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfgpu import verdict as verdicts
+from tfgpu.diagnose import advice as advice_mod
+from tfgpu.diagnose import chain, measure
+from tfgpu.diagnose.apply import tuned
+from tfgpu.diagnose.device import ModelDevice, RateDevice, SimulatedDevice
+from tfgpu.errors import ConfigError
+
+__all__ = ["Diagnosis", "ModelDevice", "RateDevice", "SimulatedDevice", "diagnose", "tuned"]
+
+
+@dataclass
+class Diagnosis:
+    verdict: verdicts.Verdict
+    pipeline_examples_per_s: float
+    device_examples_per_s: float
+    together_examples_per_s: float
+    cpu_seconds_per_example: float
+    cores: int
+    batch_size: int
+    device: str
+    stages: list[dict[str, Any]]
+    advice: list[advice_mod.Advice]
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, float]] = field(default_factory=list)
+    applied: dict[str, Any] | None = None
+
+    @property
+    def cores_needed(self) -> float:
+        return self.cpu_seconds_per_example * self.device_examples_per_s
+
+    @property
+    def device_utilization(self) -> float:
+        return min(1.0, self.together_examples_per_s / max(self.device_examples_per_s, 1e-9))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bottleneck": self.verdict.bottleneck,
+            "input_bound": self.verdict.input_bound,
+            "verdict": self.verdict.sentence(),
+            "input_wait_fraction": self.verdict.input_wait_fraction,
+            "host_overhead_fraction": self.verdict.host_overhead_fraction,
+            "pipeline_examples_per_s": round(self.pipeline_examples_per_s, 1),
+            "device_examples_per_s": round(self.device_examples_per_s, 1),
+            "together_examples_per_s": round(self.together_examples_per_s, 1),
+            "device_utilization": round(self.device_utilization, 4),
+            "cpu_seconds_per_example": self.cpu_seconds_per_example,
+            "cores": self.cores,
+            "cores_needed": round(self.cores_needed, 2),
+            "batch_size": self.batch_size,
+            "device": self.device,
+            "stages": [
+                {k: v for k, v in s.items() if k in ("name", "kind", "examples_per_s", "share", "detail")}
+                for s in self.stages
+            ],
+            "layers": self.layers,
+            "advice": [a.to_dict() for a in self.advice],
+            "applied": self.applied,
+            "timeline": self.timeline,
+        }
+
+
+def _stage_table(stages: list[chain.Stage], *, elements: int, warmup: int) -> list[dict[str, Any]]:
+    rows, previous = [], 0.0
+    for index, stage in enumerate(stages):
+        per_element = chain.examples_per_element(stages, index)
+        if per_element == 1:  # time unbatched prefixes in batches, or Python's per-element cost dominates
+            rate = (
+                measure.element_rate(stage.dataset.batch(256), elements=max(4, elements // 256), warmup=2)
+                * 256
+            )
+        else:
+            rate = (
+                measure.element_rate(stage.dataset, elements=max(4, elements // per_element), warmup=warmup)
+                * per_element
+            )
+        cumulative = 1.0 / rate
+        rows.append(
+            {
+                "name": stage.name,
+                "kind": stage.kind,
+                "parallel": stage.parallel,
+                "python": stage.python,
+                "random": stage.random,
+                "detail": stage.detail,
+                "examples_per_s": round(rate, 1),
+                "cumulative_s": cumulative,
+                "own_s": max(0.0, cumulative - previous),
+                "batched": per_element > 1,
+            }
+        )
+        previous = max(previous, cumulative)
+    total = sum(r["own_s"] for r in rows) or 1.0
+    for row in rows:
+        row["share"] = round(row["own_s"] / total, 4)
+        row["per_example_s"] = row["own_s"]
+    return rows
+
+
+def _deterministic_prefix_share(rows: list[dict[str, Any]]) -> float:
+    """Share of pipeline time in deterministic stages before anything random, when that includes
+    expensive work (>= 100 µs per example): what a cache would save from the second epoch on."""
+    share, expensive = 0.0, False
+    for row in rows:
+        if row["kind"] in ("shuffle", "cache") or row["python"] or row["random"]:
+            break
+        share += row["share"]
+        expensive = expensive or row["per_example_s"] >= advice_mod.TINY_ELEMENT_S
+    return share if expensive else 0.0
+
+
+def _fits_in_memory(dataset: Any, batch: int) -> bool:
+    """Whether the (finite) dataset's elements fit in a quarter of the available memory."""
+    import numpy as np
+    import tensorflow as tf
+
+    from tfgpu.data.pipeline import MEMORY_SHARE, _available_memory
+
+    count = int(dataset.cardinality())
+    if count < 0:
+        return False  # infinite or unknown
+    per_element = 0
+    for spec in tf.nest.flatten(dataset.element_spec):
+        dims = [batch if d is None else d for d in spec.shape.as_list()]
+        per_element += int(np.prod(dims)) * (spec.dtype.size if spec.dtype != tf.string else 64)
+    return count * per_element <= MEMORY_SHARE * _available_memory()
+
+
+def diagnose(
+    dataset: Any,
+    *,
+    model: Any = None,
+    step_time_s: float | None = None,
+    target_rate: float | None = None,
+    steps: int = 40,
+    warmup: int = 5,
+    apply: bool = False,
+) -> Diagnosis:
+    """Measure ``dataset`` (a batched tf.data.Dataset) against one device side (exactly one of
+    ``model`` — a compiled Keras model —, ``step_time_s`` or ``target_rate`` in examples/s)."""
+    if sum(v is not None for v in (model, step_time_s, target_rate)) != 1:
+        raise ConfigError(
+            "Give exactly one device side: model, step_time_s or target_rate",
+            value={"model": model is not None, "step_time_s": step_time_s, "target_rate": target_rate},
+            fix="e.g. --step-time 30ms to ask whether the pipeline can feed a GPU doing 30 ms steps",
+        )
+    run = measure.pipeline_alone(dataset, steps=steps, warmup=warmup)
+    batch = run.batch_size
+    device = (
+        ModelDevice(model)
+        if model is not None
+        else SimulatedDevice(step_time_s)
+        if step_time_s
+        else RateDevice(target_rate, batch)
+    )
+    device_step = device.step_seconds(dataset.element_spec, batch)
+    both = measure.together(dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
+    host_overhead = both.host_overhead_fraction
+    if isinstance(device, ModelDevice):
+        half = device.step_seconds(dataset.element_spec, max(1, batch // 2))
+        host_overhead = max(0.0, min(1.0, (2 * half - device_step) / device_step))
+    wait = both.input_wait_fraction
+    if run.examples_per_s >= 2 * (batch / device_step):
+        # the pipeline alone is more than twice as fast as the device: what waits remain are the
+        # per-step cost of fetching a batch, host overhead rather than a slow input pipeline
+        host_overhead, wait = min(1.0, host_overhead + wait), 0.0
+    found = verdicts.verdict(input_wait_fraction=wait, host_overhead_fraction=host_overhead)
+    stages = _stage_table(chain.walk(dataset), elements=steps * batch, warmup=warmup)
+    device_rate = batch / device_step
+    facts = advice_mod.Facts(
+        pipeline_rate=run.examples_per_s,
+        device_rate=device_rate,
+        together_rate=both.examples_per_s,
+        cores=os.cpu_count() or 1,
+        cpu_s_per_example=run.cpu_s_per_example,
+        stages=stages,
+        prefetch_at_end=chain.prefetch_at_end(chain.walk(dataset)),
+        input_bound=found.input_bound,
+        host_overhead=host_overhead,
+        deterministic_prefix_share=_deterministic_prefix_share(stages),
+        fits_in_memory=_fits_in_memory(dataset, batch),
+        gpu_model=isinstance(device, ModelDevice) and _on_gpu(),
+    )
+    items = advice_mod.advise(facts)
+    result = Diagnosis(
+        verdict=found,
+        pipeline_examples_per_s=run.examples_per_s,
+        device_examples_per_s=device_rate,
+        together_examples_per_s=both.examples_per_s,
+        cpu_seconds_per_example=run.cpu_s_per_example,
+        cores=facts.cores,
+        batch_size=batch,
+        device=device.description,
+        stages=stages,
+        advice=items,
+        layers=device.layer_shares(dataset.element_spec, batch) if isinstance(device, ModelDevice) else [],
+        timeline=both.steps,
+    )
+    if apply:
+        tuned_dataset, changes = tuned(dataset)
+        again = measure.together(tuned_dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
+        gain = again.examples_per_s / max(both.examples_per_s, 1e-9)
+        for item in items:
+            if item.kind in ("parallelize-map", "prefetch", "parallel-read"):
+                item.measured_speedup = gain
+        result.applied = {
+            "changes": changes,
+            "examples_per_s": round(again.examples_per_s, 1),
+            "input_wait_fraction": round(again.input_wait_fraction, 4),
+            "measured_speedup": round(gain, 3),
+            "device_utilization": round(min(1.0, again.examples_per_s / device_rate), 4),
+            "timeline": again.steps,
+        }
+    return result
+
+
+def _on_gpu() -> bool:
+    import tensorflow as tf
+
+    return bool(tf.config.list_logical_devices("GPU"))

@@ -1,0 +1,202 @@
+"""Advice from measurements: each item a ``kind`` and a gain estimated from what was measured.
+
+Estimates use the measured rates: P the pipeline alone (examples/s), D the device alone, R both
+together, C the cores, c the CPU seconds per example, and each stage's share of the pipeline's time.
+A fix that speeds the pipeline to P' gives min(P', D) together (with prefetch, the slower side sets
+the pace), so its estimated speedup is min(P', D) / R.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+KINDS = (
+    "prefetch",
+    "parallelize-map",
+    "parallel-read",
+    "vectorize",
+    "cache",
+    "offline-preprocess",
+    "replace-python-function",
+    "steps-per-execution",
+    "increase-batch-size",
+    "mixed-precision",
+    "more-input-workers",
+    "none",
+)  # cheapest fix first
+SIGNIFICANT = 0.2  # a stage that takes at least this share of the pipeline's time matters
+TINY_ELEMENT_S = 100e-6  # per-element work this small is dominated by per-call overhead
+
+
+@dataclass
+class Advice:
+    kind: str
+    detail: str
+    estimated_speedup: float
+    measured_speedup: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["estimated_speedup"] = round(self.estimated_speedup, 2)
+        if self.measured_speedup is not None:
+            out["measured_speedup"] = round(self.measured_speedup, 2)
+        return out
+
+
+@dataclass
+class Facts:
+    pipeline_rate: float  # P
+    device_rate: float  # D
+    together_rate: float  # R
+    cores: int
+    cpu_s_per_example: float
+    stages: list[dict[str, Any]]  # name, kind, parallel, python, share, per_example_s
+    prefetch_at_end: bool
+    input_bound: str
+    host_overhead: float
+    deterministic_prefix_share: float  # share of pipeline time before the first random stage
+    fits_in_memory: bool
+    gpu_model: bool  # a real model on a GPU with fast fp16 / bf16
+
+
+def _gain(f: Facts, new_pipeline_rate: float) -> float:
+    return max(1.0, min(new_pipeline_rate, f.device_rate) / max(f.together_rate, 1e-9))
+
+
+def _speed_stage(f: Facts, share: float, factor: float) -> float:
+    """Pipeline rate once a stage taking ``share`` of the pipeline's time runs ``factor`` times faster."""
+    return f.pipeline_rate / max(1e-9, 1 - share + share / factor)
+
+
+def advise(f: Facts) -> list[Advice]:
+    items: list[Advice] = []
+    input_bound = f.input_bound != "no"
+    if input_bound and not f.prefetch_at_end and f.device_rate > 0:
+        overlapped = min(f.pipeline_rate, f.device_rate)
+        items.append(
+            Advice(
+                "prefetch",
+                "no prefetch at the end: input and device steps run one after the other; "
+                "add .prefetch(tf.data.AUTOTUNE)",
+                max(1.0, overlapped / max(f.together_rate, 1e-9)),
+            )
+        )
+    for stage in f.stages:
+        share = stage["share"]
+        if share < SIGNIFICANT or not input_bound:
+            continue
+        if stage["python"]:
+            items.append(
+                Advice(
+                    "replace-python-function",
+                    f"{stage['name']} runs a Python function ({share:.0%} of pipeline time): "
+                    "it holds the GIL, so it cannot run in parallel; rewrite it with TensorFlow ops",
+                    _gain(f, _speed_stage(f, share, f.cores)),
+                )
+            )
+        elif stage["kind"] == "map" and not stage["parallel"]:
+            items.append(
+                Advice(
+                    "parallelize-map",
+                    f"{stage['name']} runs sequentially ({share:.0%} of pipeline time): "
+                    "map(..., num_parallel_calls=tf.data.AUTOTUNE)",
+                    _gain(f, _speed_stage(f, share, f.cores)),
+                )
+            )
+        elif (
+            stage["kind"] in ("interleave", "source")
+            and not stage["parallel"]
+            and "TFRecord" in stage["name"] + stage.get("detail", "")
+        ):
+            items.append(
+                Advice(
+                    "parallel-read",
+                    f"{stage['name']} reads files one at a time ({share:.0%}): "
+                    "interleave(..., num_parallel_calls=tf.data.AUTOTUNE) over the shards",
+                    _gain(f, _speed_stage(f, share, f.cores)),
+                )
+            )
+        if (
+            stage["kind"] == "map"
+            and not stage["batched"]
+            and 0 < stage["per_example_s"] < TINY_ELEMENT_S
+            and share >= SIGNIFICANT
+        ):
+            items.append(
+                Advice(
+                    "vectorize",
+                    f"{stage['name']} does {stage['per_example_s'] * 1e6:.0f} µs of work per element: "
+                    "per-call overhead dominates; batch first, then map over whole batches",
+                    _gain(f, f.pipeline_rate / max(1e-9, 1 - share + share / 4.0)),
+                )
+            )  # the overhead is the CPU cost saved
+    if input_bound and f.deterministic_prefix_share >= SIGNIFICANT:
+        after = _speed_stage(f, f.deterministic_prefix_share, 1e6)
+        if f.fits_in_memory:
+            items.append(
+                Advice(
+                    "cache",
+                    f"{f.deterministic_prefix_share:.0%} of pipeline time is deterministic work repeated every epoch: "
+                    ".cache() after it (from the second epoch)",
+                    _gain(f, after),
+                )
+            )
+        else:
+            items.append(
+                Advice(
+                    "offline-preprocess",
+                    f"{f.deterministic_prefix_share:.0%} of pipeline time is deterministic work repeated every "
+                    "epoch and too big to cache: do it once, e.g. tfgpu convert --resize HxW",
+                    _gain(f, after),
+                )
+            )
+    needed = f.cpu_s_per_example * f.device_rate
+    best_local = max([f.together_rate] + [a.estimated_speedup * f.together_rate for a in items])
+    if input_bound and needed > 1.5 * f.cores and best_local < 0.95 * f.device_rate:
+        items.append(
+            Advice(
+                "more-input-workers",
+                f"feeding {f.device_rate:,.0f} examples/s needs {needed:.1f} cores at "
+                f"{f.cpu_s_per_example * 1000:.2f} ms CPU per example; this machine has {f.cores}: "
+                "add tf.data service workers, or preprocess offline",
+                max(1.0, f.device_rate / best_local),
+            )
+        )
+    if not input_bound and f.host_overhead >= 0.15:
+        per_exec = 1 / max(1e-9, 1 - f.host_overhead + f.host_overhead / 8)
+        items.append(
+            Advice(
+                "steps-per-execution",
+                f"{f.host_overhead:.0%} of each step is per-step overhead: run 8 steps per call "
+                "(steps_per_execution=8)",
+                per_exec,
+            )
+        )
+        items.append(
+            Advice(
+                "increase-batch-size",
+                f"{f.host_overhead:.0%} of each step is per-step overhead: a 4x larger batch "
+                "spreads it over 4x the examples",
+                1 / max(1e-9, 1 - f.host_overhead + f.host_overhead / 4),
+            )
+        )
+    if not input_bound and f.gpu_model:
+        items.append(
+            Advice(
+                "mixed-precision",
+                "device-bound on a GPU with Tensor Cores: precision='auto' (bf16 / fp16); "
+                "TensorFlow's guide reports up to 3x on modern GPUs",
+                1.5,
+            )
+        )
+    if not items:
+        items.append(
+            Advice(
+                "none",
+                "the input keeps up and per-step overhead is small: nothing to change on the input side",
+                1.0,
+            )
+        )
+    # gains within 0.1x are equal: then the cheaper fix first (the order of KINDS)
+    return sorted(items, key=lambda a: (-round(a.estimated_speedup, 1), KINDS.index(a.kind)))

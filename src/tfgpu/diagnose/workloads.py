@@ -1,0 +1,247 @@
+"""Workloads whose bottleneck is known, for tests, ``bench/diagnose_bench.py`` and the docs.
+
+Each builds a batched dataset and names the device side, the verdict it must get and the advice
+kind that must come first. CPU work is real (TensorFlow ops that burn CPU), so the measured CPU
+seconds per example and the parallel speedups are real too; only the device is simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+BATCH = 32
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    build: Callable[[], Any]  # -> batched tf.data.Dataset
+    expected_input_bound: tuple[str, ...]  # acceptable verdicts
+    expected_advice: tuple[str, ...]  # acceptable top advice kinds
+    step_time_s: float | None = None
+    target_rate: float | None = None
+    model: Callable[[], Any] | None = None
+    description: str = ""
+
+
+def _burn(x: Any, rounds: int) -> Any:
+    import tensorflow as tf
+
+    v = tf.fill([512], tf.cast(x, tf.float32) * 1e-3)
+    for _ in range(rounds):
+        v = tf.sin(v) + 1.0
+    return v[:16]
+
+
+def sequential_map() -> Any:
+    import tensorflow as tf
+
+    def work(x: Any) -> Any:  # random jitter makes it stateful: TensorFlow will not parallelize it
+        return _burn(tf.cast(x, tf.float32) + tf.random.uniform([], 0.0, 1e-3), 800)
+
+    return tf.data.Dataset.range(100_000).map(work).batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+def no_prefetch() -> Any:
+    """A sequential (stateful) per-batch stage last and no prefetch: input and device take turns."""
+    import tensorflow as tf
+
+    def work(x: Any) -> Any:
+        return _burn(x, 20)
+
+    def per_batch(v: Any) -> Any:  # random jitter: stateful, so it stays on the consumer's side
+        v = tf.tile(v, [1, 32]) + tf.random.uniform([], 0.0, 1e-3)
+        for _ in range(500):
+            v = tf.sin(v) + 1.0
+        return v[:, :16]
+
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False  # as with autotuning off, or TF < 2.11
+    ds = (
+        tf.data.Dataset.range(100_000)
+        .map(work, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(BATCH)
+        .map(per_batch)
+    )
+    return ds.with_options(options)
+
+
+def python_function() -> Any:
+    import numpy as np
+    import tensorflow as tf
+
+    def numpy_work(x: Any) -> Any:
+        total = 0.0
+        for i in range(6000):  # pure Python: holds the GIL, so parallel calls cannot help
+            total += (i % 7) * 1e-3
+        return np.full(16, total + float(x) * 1e-6, dtype=np.float32)
+
+    def work(x: Any) -> Any:
+        out = tf.numpy_function(numpy_work, [x], tf.float32)
+        return tf.ensure_shape(out, [16])
+
+    return (
+        tf.data.Dataset.range(100_000)
+        .map(work, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(BATCH)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def repeated_decode() -> Any:
+    """A small image set decoded and resized every epoch: a cache after the decode pays off."""
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    images = [
+        tf.io.encode_jpeg(rng.integers(0, 255, (240, 320, 3), dtype=np.uint8)).numpy() for _ in range(64)
+    ]
+
+    def decode(data: Any) -> Any:
+        return tf.cast(tf.image.resize(tf.io.decode_jpeg(data, channels=3), (160, 160)), tf.uint8)
+
+    ds = (
+        tf.data.Dataset.from_tensor_slices(images)
+        .repeat(1000)
+        .map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+    )
+    return ds.batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
+def tiny_ops() -> Any:
+    """Many tiny per-element ops: per-call overhead dominates; vectorizing (batch first) pays."""
+    import tensorflow as tf
+
+    def small(x: Any) -> Any:
+        v = tf.cast(x, tf.float32)
+        return tf.stack([v * 2.0 + 1.0, tf.sqrt(v + 1.0), v * v])
+
+    return (
+        tf.data.Dataset.range(10_000_000)
+        .map(small, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(256)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def in_memory() -> Any:
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4096, 8)).astype("float32")
+    y = rng.integers(0, 2, 4096)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(8).prefetch(tf.data.AUTOTUNE)
+
+
+def tiny_model() -> Any:
+    import keras
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def needs_more_cores() -> Any:
+    """Already parallel, no cacheable work (random per epoch); the device wants more than the cores give."""
+    import tensorflow as tf
+
+    def work(x: Any) -> Any:
+        noise = tf.random.uniform([], 0.0, 1.0)
+        return _burn(tf.cast(x, tf.float32) + noise, 250)
+
+    return (
+        tf.data.Dataset.range(100_000)
+        .map(work, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(BATCH)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def well_tuned() -> Any:
+    import tensorflow as tf
+
+    def work(x: Any) -> Any:
+        return _burn(x, 20)
+
+    return (
+        tf.data.Dataset.range(100_000)
+        .map(work, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(BATCH)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+WORKLOADS: tuple[Workload, ...] = (
+    Workload(
+        "sequential-map",
+        sequential_map,
+        ("moderately", "highly"),
+        ("parallelize-map",),
+        step_time_s=0.009,
+        description="800-round CPU map without num_parallel_calls; device 9 ms/batch",
+    ),
+    Workload(
+        "no-prefetch",
+        no_prefetch,
+        ("moderately", "highly"),
+        ("prefetch",),
+        step_time_s=0.014,
+        description="sequential per-batch stage last, no prefetch; device 14 ms/batch",
+    ),
+    Workload(
+        "python-function",
+        python_function,
+        ("moderately", "highly"),
+        ("replace-python-function",),
+        step_time_s=0.0064,
+        description="tf.numpy_function stage in pure Python (holds the GIL); device 6.4 ms/batch",
+    ),
+    Workload(
+        "repeated-decode",
+        repeated_decode,
+        ("moderately", "highly"),
+        ("cache", "offline-preprocess"),
+        step_time_s=0.002,
+        description="64 JPEGs decoded + resized every epoch; device 2 ms/batch",
+    ),
+    Workload(
+        "tiny-ops",
+        tiny_ops,
+        ("moderately", "highly"),
+        ("vectorize",),
+        target_rate=100_000,
+        description="3 tiny ops per element, batch 256; device at 100k examples/s",
+    ),
+    Workload(
+        "tiny-step",
+        in_memory,
+        ("no",),
+        ("steps-per-execution", "increase-batch-size"),
+        model=tiny_model,
+        description="in-memory data, batch 8, Dense(2) model: per-step overhead dominates",
+    ),
+    Workload(
+        "needs-more-cores",
+        needs_more_cores,
+        ("moderately", "highly"),
+        ("more-input-workers",),
+        target_rate=50_000,
+        description="parallel 250-round map with per-epoch randomness; device at 50k examples/s",
+    ),
+    Workload(
+        "well-tuned",
+        well_tuned,
+        ("no",),
+        ("none",),
+        step_time_s=0.030,
+        description="cheap parallel map with prefetch; device 30 ms/batch",
+    ),
+)
+
+
+def by_name(name: str) -> Workload:
+    return next(w for w in WORKLOADS if w.name == name)
