@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format bench bench-data bench-train bench-predict clean
+.PHONY: demo test lint format bench bench-data bench-train bench-predict bench-diagnose clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench examples
 	$(BIN)/ruff format src tests bench examples
 
-bench: bench-data bench-train bench-predict
+bench: bench-data bench-train bench-predict bench-diagnose
 
 bench-data: $(STAMP)
 	cd bench && ../$(BIN)/python data_bench.py
@@ -36,6 +36,9 @@ bench-train: $(STAMP)
 
 bench-predict: $(STAMP)
 	cd bench && ../$(BIN)/python predict_bench.py
+
+bench-diagnose: $(STAMP)
+	cd bench && ../$(BIN)/python diagnose_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -49,24 +49,29 @@ def build(root: Path, rows: int) -> tuple[Path, Path]:
     return model_path, data_path
 
 
+def run_tfgpu(model_path: Path, data_path: Path, out: Path) -> None:
+    """tfgpu predict on one device, into a fresh output directory."""
+    import tensorflow as tf
+
+    from tfgpu.predict import PredictOptions, predict
+
+    shutil.rmtree(out, ignore_errors=True)
+    predict(
+        str(model_path),
+        str(data_path),
+        str(out),
+        options=PredictOptions(batch_size=BATCH),
+        strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
+    )
+
+
 def child(kind: str, root: Path, rows: int) -> None:
     """Predict in this fresh process and print its peak resident memory (MiB)."""
     import numpy as np
-    import tensorflow as tf
 
     model_path, data_path = build(root, rows)
     if kind == "tfgpu":
-        from tfgpu.predict import PredictOptions, predict
-
-        out = root / f"out-{rows}"
-        shutil.rmtree(out, ignore_errors=True)
-        predict(
-            str(model_path),
-            str(data_path),
-            str(out),
-            options=PredictOptions(batch_size=BATCH),
-            strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
-        )
+        run_tfgpu(model_path, data_path, root / f"out-{rows}")
     else:
         import keras
 
@@ -100,25 +105,13 @@ def main() -> None:
     try:
         import keras
         import numpy as np
-        import tensorflow as tf
-
-        from tfgpu.predict import PredictOptions, predict
 
         rows = 200_000
         model_path, data_path = build(root, rows)
         model = keras.saving.load_model(model_path)
-        one = tf.distribute.OneDeviceStrategy("/cpu:0")
 
         def tfgpu_run() -> int:
-            out = root / "bench-out"
-            shutil.rmtree(out, ignore_errors=True)
-            predict(
-                str(model_path),
-                str(data_path),
-                str(out),
-                options=PredictOptions(batch_size=BATCH),
-                strategy=one,
-            )
+            run_tfgpu(model_path, data_path, root / "bench-out")
             return rows
 
         def keras_run() -> int:

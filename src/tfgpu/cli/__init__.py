@@ -12,7 +12,7 @@ import sys
 
 from tfgpu.cli import _common
 
-SUBCOMMANDS = ("doctor", "convert", "train", "predict", "launch", "demo")
+SUBCOMMANDS = ("doctor", "convert", "diagnose", "profile", "train", "predict", "launch", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

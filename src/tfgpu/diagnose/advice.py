@@ -198,5 +198,10 @@ def advise(f: Facts) -> list[Advice]:
                 1.0,
             )
         )
-    # gains within 0.1x are equal: then the cheaper fix first (the order of KINDS)
-    return sorted(items, key=lambda a: (-round(a.estimated_speedup, 1), KINDS.index(a.kind)))
+    # Ranked by gain, gains within 0.1x counting as equal (then the cheaper fix first, the order of
+    # KINDS). more-input-workers comes after every fix this machine can make: it needs more machines,
+    # and its gain is measured on top of those fixes.
+    return sorted(
+        items,
+        key=lambda a: (a.kind == "more-input-workers", -round(a.estimated_speedup, 1), KINDS.index(a.kind)),
+    )

@@ -1,0 +1,170 @@
+"""tfgpu diagnose: every workload with a known cause gets its verdict and its advice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from conftest import run_cli
+from tfgpu.cli.diagnose import parse_duration
+from tfgpu.diagnose import chain, diagnose, workloads
+from tfgpu.errors import ConfigError
+
+INPUTS = str(Path(__file__).parent / "diagnose_inputs.py")
+
+
+def run(workload, **kw):
+    return diagnose(
+        workload.build(),
+        model=workload.model() if workload.model else None,
+        step_time_s=workload.step_time_s,
+        target_rate=workload.target_rate,
+        steps=kw.pop("steps", 25),
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("workload", workloads.WORKLOADS, ids=lambda w: w.name)
+def test_workload_gets_its_verdict_and_advice(workload):
+    result = run(workload)
+    data = result.to_dict()
+    assert data["input_bound"] in workload.expected_input_bound, data["verdict"]
+    assert data["advice"][0]["kind"] in workload.expected_advice, data["advice"]
+    assert data["bottleneck"] == (
+        "input" if "no" not in workload.expected_input_bound else data["bottleneck"]
+    )
+    assert set(data) >= {
+        "bottleneck",
+        "input_bound",
+        "input_wait_fraction",
+        "pipeline_examples_per_s",
+        "device_examples_per_s",
+        "cpu_seconds_per_example",
+        "cores",
+        "cores_needed",
+        "stages",
+        "layers",
+        "advice",
+    }
+    assert all(a["estimated_speedup"] >= 1.0 for a in data["advice"])
+
+
+def test_apply_measures_the_gain_of_parallelizing():
+    result = run(workloads.by_name("sequential-map"), apply=True)
+    item = next(a for a in result.advice if a.kind == "parallelize-map")
+    assert item.measured_speedup is not None and item.measured_speedup > 1.3
+    assert result.applied["changes"] == ["map: num_parallel_calls=AUTOTUNE"]
+    assert result.applied["device_utilization"] > result.device_utilization
+
+
+def test_model_device_reports_layers():
+    result = run(workloads.by_name("tiny-step"))
+    assert [layer["name"] for layer in result.layers] and abs(
+        sum(layer["share"] for layer in result.layers) - 1.0
+    ) < 0.01
+    assert result.verdict.bottleneck == "host"
+
+
+def test_chain_walk_finds_what_matters():
+    def jitter(x):
+        return tf.cast(x, tf.float32) + tf.random.uniform([])
+
+    def python(x):
+        return tf.numpy_function(lambda v: v, [x], tf.float32)
+
+    def plain(x):
+        return tf.cast(x, tf.float32) * 2
+
+    ds = (
+        tf.data.Dataset.range(10)
+        .map(plain)
+        .map(jitter)
+        .map(python, num_parallel_calls=2)
+        .batch(4)
+        .prefetch(1)
+    )
+    stages = chain.walk(ds)
+    assert [s.kind for s in stages] == ["source", "map", "map", "map", "batch", "prefetch"]
+    assert [s.parallel for s in stages[1:4]] == [
+        True,
+        False,
+        True,
+    ]  # TF parallelizes the stateless plain map itself
+    assert stages[2].random and stages[3].python and stages[4].batch_size == 4
+    assert chain.prefetch_at_end(stages) and chain.examples_per_element(stages, 4) == 4
+
+
+def test_exactly_one_device_side():
+    with pytest.raises(ConfigError, match="exactly one device side"):
+        diagnose(workloads.in_memory(), step_time_s=0.01, target_rate=10.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30ms", 0.03), ("1.5 ms", 0.0015), ("0.2s", 0.2), ("250us", 0.00025), ("12", 0.012)],
+)
+def test_step_time_parsing(text, seconds):
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_cli_json_html_and_bad_input(tmp_path):
+    done = run_cli(
+        "diagnose",
+        "--dataset",
+        f"{INPUTS}:memory",
+        "--model",
+        f"{INPUTS}:tiny_model",
+        "--steps",
+        "10",
+        "--json",
+        "--html",
+        str(tmp_path / "r.html"),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert data["bottleneck"] == "host" and data["layers"]
+    page = (tmp_path / "r.html").read_text()
+    assert page.count("data:image/png;base64,") == 3 and "Advice (ranked by estimated gain)" in page
+    for args, needle in (
+        (["--dataset", f"{INPUTS}:not_a_dataset", "--step-time", "5ms"], "not a tf.data.Dataset"),
+        (["--dataset", f"{INPUTS}:memory", "--model", f"{INPUTS}:uncompiled_model"], "not compiled"),
+        (["--dataset", f"{INPUTS}:memory", "--step-time", "fast"], "--step-time must be a duration"),
+        (["--dataset", "nowhere.py:f", "--step-time", "5ms"], "does not exist"),
+    ):
+        bad = run_cli("diagnose", *args)
+        assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_cli_apply_exits_1_when_still_input_bound():
+    done = run_cli(
+        "diagnose",
+        "--dataset",
+        f"{INPUTS}:sequential",
+        "--target-rate",
+        "100000",
+        "--steps",
+        "10",
+        "--apply",
+        "--json",
+    )
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert json.loads(done.stdout)["input_bound"] == "highly"
+
+
+def test_profile_writes_a_trace(tmp_path):
+    done = run_cli(
+        "profile",
+        "--dataset",
+        f"{INPUTS}:memory",
+        "--step-time",
+        "1ms",
+        "--steps",
+        "3",
+        "--log-dir",
+        str(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list(tmp_path.rglob("*.xplane.pb"))
