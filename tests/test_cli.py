@@ -55,13 +55,34 @@ def test_doctor_does_not_initialize_tensorflow_in_the_caller():
     assert result["devices"] == 2
 
 
-def test_demo_runs_end_to_end():
-    done = run_cli("demo", "--json")
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_demo_runs_end_to_end(tmp_path):
+    done = run_cli(
+        "demo",
+        "--workdir",
+        str(tmp_path / "demo"),
+        "--report",
+        str(tmp_path / "r.html"),
+        "--epochs",
+        "3",
+        "--json",
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(done.stdout)
-    assert data["ok"]
-    assert data["replica_check"]["replicas"] >= 2 or data["doctor"]["facts"]["nvml"]["gpus"]
+    assert data["ok"] and data["accuracy"] >= 0.6
     assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))
+    assert data["diagnose"]["naive pipeline"]["bottleneck"] in ("input", "host", "device")
+    assert data["prediction"]["predicted_rows"] == 160
+    page = (tmp_path / "r.html").read_text()
+    for section in (
+        "Environment",
+        "Bottleneck: naive pipeline",
+        "Bottleneck: tfgpu.data.pipeline",
+        "Training",
+        "Prediction",
+    ):
+        assert f">{section}<" in page
+    assert page.count("data:image/png;base64,") >= 8
 
 
 def test_bad_environment_value_is_one_message_and_exit_2():

@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 
 from tfgpu.cli import _common
-from tfgpu.cli.doctor import render
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("demo", help="run tfgpu end to end on its built-in example workload")
+    parser = sub.add_parser(
+        "demo", help="run tfgpu end to end on its built-in example workload, write tfgpu-report.html"
+    )
+    parser.add_argument(
+        "--workdir", default="tfgpu-demo", help="where the example data and outputs go (cached)"
+    )
+    parser.add_argument("--report", default="tfgpu-report.html", help="the HTML report to write")
+    parser.add_argument("--epochs", type=int, default=4, help="training epochs (default 4)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run)
 
@@ -18,22 +24,30 @@ def run(args: argparse.Namespace) -> int:
     from tfgpu import choices
     from tfgpu.demo import run_demo
 
-    result = run_demo()
+    result = run_demo(workdir=args.workdir, report=args.report, epochs=args.epochs)
     if args.json:
         _common.print_json(result.to_dict())
         return 0 if result.ok else 1
-    console = _common.out
-    render(result.doctor)
-    console.print(choices.summary_line())
-    check = result.replica_check
-    if result.ok:
-        console.print(
-            f"[green]end-to-end check:[/] {check['replicas']} replicas ({', '.join(check['devices'])}) "
-            f"trained {len(check['single'])} steps and matched one device "
-            f"(loss {check['single'][0]:.4f} -> {check['single'][-1]:.4f})"
-        )
-        return 0
-    console.print(
-        f"[bold red]end-to-end check failed:[/] 1 device {check['single']} vs replicas {check['replicated']}"
+    out = _common.out
+    out.print(
+        f"[bold]doctor:[/] {result.doctor.headline} ({len(result.doctor.failed)} failed, {len(result.doctor.warnings)} warnings)"
     )
-    return 1
+    out.print(choices.summary_line())
+    for name, found in result.diagnose.items():
+        top = found["advice"][0]
+        out.print(
+            f"[bold]diagnose {name}:[/] {found['verdict']}; {found['together_examples_per_s']:,.0f} examples/s, "
+            f"top advice {top['kind']} ({top['estimated_speedup']:.2f}x)"
+        )
+    t = result.training
+    out.print(
+        f"[bold]train:[/] {t['steps']} steps on {t['replicas']} replicas, {t['examples_per_s']:,.0f} examples/s; {t['verdict']}"
+    )
+    p = result.prediction
+    out.print(
+        f"[bold]predict:[/] {p['predicted_rows']} held-out rows, {p['rows_per_s']:,.0f} rows/s on {p['replicas']} replicas"
+    )
+    style = "green" if result.ok else "bold red"
+    out.print(f"[{style}]held-out accuracy {result.accuracy:.1%}[/] (chance 25%) in {result.seconds:.0f} s")
+    out.print(f"report: {result.report}")
+    return 0 if result.ok else 1

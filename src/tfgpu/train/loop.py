@@ -441,16 +441,25 @@ class Trainer:
 
         strategy, model, loss_fn, metric_fns = self.strategy, self.model, self.loss_fn, self.metric_fns
 
+        keys = ["count", "loss", *metric_fns]
+
         def replica(*batch: Any) -> dict[str, Any]:
             x, y = batch[0], batch[1]
-            predictions = model(x, training=False)
-            out = {
-                "count": tf.cast(tf.shape(predictions)[0], tf.float32),
-                "loss": tf.reduce_sum(loss_fn(y, predictions)),
-            }
-            for name, fn in metric_fns.items():
-                out[name] = tf.reduce_sum(tf.cast(fn(y, predictions), tf.float32))
-            return out
+
+            def compute() -> dict[str, Any]:
+                predictions = model(x, training=False)
+                out = {
+                    "count": tf.cast(tf.shape(predictions)[0], tf.float32),
+                    "loss": tf.reduce_sum(loss_fn(y, predictions)),
+                }
+                for name, fn in metric_fns.items():
+                    out[name] = tf.reduce_sum(tf.cast(fn(y, predictions), tf.float32))
+                return out
+
+            # the last batch can leave a replica with zero examples; some kernels (oneDNN Conv2D)
+            # reject an empty batch, and it adds nothing to the sums anyway
+            rows = tf.shape(tf.nest.flatten(x)[0])[0]
+            return tf.cond(rows > 0, compute, lambda: {k: tf.constant(0.0) for k in keys})
 
         @tf.function
         def step(batch: Any) -> Any:
