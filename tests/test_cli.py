@@ -83,6 +83,14 @@ def test_demo_runs_end_to_end(tmp_path):
     ):
         assert f">{section}<" in page
     assert page.count("data:image/png;base64,") >= 8
+    # the same report renders again from the recorded run
+    again = run_cli("report", str(tmp_path / "demo"), "--output", str(tmp_path / "again.html"))
+    assert again.returncode == 0, again.stderr
+    rendered = (tmp_path / "again.html").read_text()
+    for section in ("Environment", "Bottleneck: naive pipeline", "Training", "Prediction"):
+        assert f">{section}<" in rendered
+    missing = run_cli("report", str(tmp_path))
+    assert missing.returncode == 2 and "No tfgpu run record" in missing.stderr
 
 
 def test_bad_environment_value_is_one_message_and_exit_2():

@@ -210,10 +210,16 @@ def test_cli_train_json_and_bad_task(tmp_path):
         "--steps-per-execution",
         "3",
         "--json",
+        "--log-dir",
+        str(tmp_path / "run"),
         env={"TFGPU_LOGICAL_CPUS": "2"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout)
+    report = run_cli("report", str(tmp_path / "run"))
+    assert report.returncode == 0, report.stderr[-2000:]
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert ">Training<" in page and page.count("data:image/png;base64,") >= 3
     assert summary["steps"] == 6 and summary["replicas"] == 2 and summary["global_batch"] == 48
     assert summary["choices"]["global_batch"]["reason"] == "24 per replica x 2 replicas"
     bad = run_cli("train", f"{TASKS}:not_a_task", "--steps", "1")

@@ -44,7 +44,12 @@ class DemoResult:
     def ok(self) -> bool:
         return self.accuracy >= 0.6  # chance is 0.25
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, full: bool = False) -> dict[str, Any]:
+        """The summary; ``full`` keeps the per-step timelines the report plots."""
+
+        def slim(d: dict[str, Any]) -> dict[str, Any]:
+            return d if full else {k: v for k, v in d.items() if k not in ("timeline", "applied")}
+
         return {
             "ok": self.ok,
             "accuracy": round(self.accuracy, 4),
@@ -53,10 +58,8 @@ class DemoResult:
             "report": self.report,
             "seconds": round(self.seconds, 1),
             "choices": self.choices,
-            "diagnose": {
-                k: {kk: vv for kk, vv in v.items() if kk != "timeline"} for k, v in self.diagnose.items()
-            },
-            "training": {k: v for k, v in self.training.items() if k != "timeline"},
+            "diagnose": {k: slim(v) for k, v in self.diagnose.items()},
+            "training": slim(self.training),
             "prediction": self.prediction,
             "doctor": self.doctor.to_dict(),
         }
@@ -215,12 +218,8 @@ def run_demo(
         accuracy=accuracy,
     )
     result.seconds = time.perf_counter() - started
-    from tfgpu.report_demo import write_report
+    from tfgpu.report.runs import save_run, write_report
 
-    result.report = str(write_report(result, report))
-    (work / "run.json").write_text(
-        __import__("json").dumps(
-            result.to_dict() | {"diagnose_full": found, "training_full": trained.to_dict()}, default=str
-        )
-    )
+    save_run(work, "demo", result.to_dict(full=True))
+    result.report = str(write_report(work, report))
     return result

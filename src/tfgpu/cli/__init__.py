@@ -12,7 +12,7 @@ import sys
 
 from tfgpu.cli import _common
 
-SUBCOMMANDS = ("doctor", "convert", "diagnose", "profile", "train", "predict", "launch", "demo")
+SUBCOMMANDS = ("doctor", "convert", "diagnose", "profile", "train", "predict", "launch", "report", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -33,6 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report with plots")
+    p.add_argument("--run-dir", help="save the run record here (tfgpu report RUN_DIR renders it again)")
     p.set_defaults(run=run)
 
 
@@ -106,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         apply=args.apply,
     )
     data = result.to_dict()
+    if args.run_dir:
+        from tfgpu.report.runs import save_run
+
+        save_run(args.run_dir, "diagnose", data)
     if args.html:
         from tfgpu.diagnose.report import sections
         from tfgpu.report import render, write

@@ -58,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     with progress("predict") as update:
         result = predict(args.model, args.input, args.output, options=options, on_progress=update)
     summary = {**result.to_dict(), "choices": choices.as_dict()}
+    if result.worker == 0:
+        from tfgpu.report.runs import save_run
+
+        save_run(args.output, "predict", summary)
     if args.json:
         _common.print_json(summary)
         return 0

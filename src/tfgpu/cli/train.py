@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
-    p.add_argument("--log-dir", help="TensorBoard scalars")
+    p.add_argument("--log-dir", help="TensorBoard scalars and the run record (tfgpu report LOG_DIR)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(run=run)
 
@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     summary = {**result.to_dict(), "choices": choices.as_dict()}
     if not trainer.is_chief:
         return 0
+    if args.log_dir:
+        from tfgpu.report.runs import save_run
+
+        save_run(args.log_dir, "train", summary)
     if args.json:
         _common.print_json(summary)
         return 0

@@ -343,8 +343,9 @@ class Trainer:
                             fix="lower the batch size (tfgpu.find_batch_size(task) finds the largest that fits), or use precision='auto'",
                         ) from None
                     busy = time.perf_counter() - compute
-                    wait_total += waited
-                    busy_total += busy
+                    if epoch_steps:  # the first fetch of an epoch builds the iterator and fills buffers:
+                        wait_total += waited  # a start-up cost, left out of the steady-state verdict
+                        busy_total += busy
                     done = len(batches)
                     self._counters["step"] += done
                     self._counters["epoch_step"] += done

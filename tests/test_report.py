@@ -1,0 +1,72 @@
+"""Reports from recorded runs, and the NVML monitor behind the GPU utilization plot."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tfgpu.errors import InputError
+from tfgpu.monitor import Monitor
+from tfgpu.report.runs import load_run, save_run, sections_for, write_report
+from tfgpu.testing.fake_nvml import profile
+
+TRAIN = {
+    "steps": 4,
+    "epochs": 1,
+    "global_batch": 64,
+    "replicas": 2,
+    "seconds": 1.0,
+    "examples_per_s": 256.0,
+    "input_wait_fraction": 0.3,
+    "bottleneck": "input",
+    "input_bound": "highly",
+    "verdict": "HIGHLY input-bound: 30% of step time waiting for input",
+    "history": [{"epoch": 1, "loss": 0.9, "steps": 4, "eval_loss": 0.8, "eval_accuracy": 0.7}],
+    "timeline": [
+        {"t": 0.1 * i, "step": i + 1, "loss": 1.0 - 0.1 * i, "examples_per_s": 250.0, "input_wait": 0.3}
+        for i in range(4)
+    ],
+    "gpu_utilization": [
+        {"t": 0.1 * i, "gpu": g, "utilization": 90, "memory_used_mb": 1000.0}
+        for i in range(4)
+        for g in (0, 1)
+    ],
+}
+
+
+def test_recorded_train_run_renders_with_gpu_utilization(tmp_path):
+    save_run(tmp_path, "train", TRAIN)
+    record = load_run(tmp_path)
+    [section] = sections_for(record)
+    assert section.title == "Training" and section.verdict.startswith("HIGHLY")
+    assert len(section.images) == 5  # loss, eval accuracy, throughput, device busy, GPU utilization
+    page = write_report(tmp_path).read_text()
+    assert page.count("data:image/png;base64,") == 5 and "tfgpu train report" in page
+
+
+def test_without_gpu_samples_there_is_no_gpu_plot(tmp_path):
+    save_run(tmp_path, "train", {**TRAIN, "gpu_utilization": []})
+    assert len(sections_for(load_run(tmp_path))[0].images) == 4
+
+
+def test_bad_run_records(tmp_path):
+    with pytest.raises(InputError, match="No tfgpu run record"):
+        load_run(tmp_path)
+    (tmp_path / "run.json").write_text('{"kind": "lunch", "data": {}}')
+    with pytest.raises(InputError, match="not a tfgpu run record"):
+        load_run(tmp_path)
+
+
+def test_monitor_samples_fake_gpus():
+    with Monitor(interval_s=0.01, nvml_module=profile("busy")) as monitor:
+        time.sleep(0.1)
+    assert monitor.samples and {s.utilization for s in monitor.samples} == {97}
+    assert monitor.mean_utilization() == 97.0
+    assert monitor.samples[0].memory_used_mb == 14000.0
+
+
+def test_monitor_without_driver_records_nothing():
+    with Monitor(interval_s=0.01, nvml_module=profile("no-driver")) as monitor:
+        time.sleep(0.03)
+    assert monitor.samples == [] and monitor.mean_utilization() is None
