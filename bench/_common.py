@@ -14,18 +14,6 @@ from typing import Any
 RESULTS = Path(__file__).parent / "results"
 
 
-def median_rate(run: Callable[[], int], *, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
-    """Call ``run`` (returns units processed) repeatedly; median units/s and the spread."""
-    for _ in range(warmup):
-        run()
-    rates = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        units = run()
-        rates.append(units / (time.perf_counter() - start))
-    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": len(rates)}
-
-
 def interleaved_rates(
     variants: dict[str, Callable[[], int]], *, rounds: int = 5
 ) -> dict[str, dict[str, float]]:

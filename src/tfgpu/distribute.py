@@ -159,3 +159,16 @@ def _parameter_server(tf: Any, spec: cluster.ClusterSpec, *, serve: bool) -> Any
             server.join()
         return server
     return tf.distribute.ParameterServerStrategy(resolver)
+
+
+def local_strategy(*, record_as: str = "strategy") -> Any:
+    """The strategy over this process's own devices only, whatever TF_CONFIG says.
+
+    For work that needs no cross-worker collectives (prediction): each worker replicates over its
+    GPUs or logical CPU devices and takes its own part of the input.
+    """
+    gpus, logical_cpus = local_device_counts()
+    picked = choose(name=None, spec=None, gpus=gpus, logical_cpus=logical_cpus)
+    built = _build(picked, None, serve=False)
+    choices.record(record_as, f"{DISPLAY[picked.kind]} x{built.num_replicas_in_sync}", picked.reason)
+    return built

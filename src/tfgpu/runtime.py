@@ -271,8 +271,3 @@ def _precision(tf: Any, config: RuntimeConfig) -> None:
         precision, reason = resolve_precision(_gpu_compute_capabilities(tf))
         choices.record("precision", precision, reason)
     keras.mixed_precision.set_dtype_policy(_POLICIES[precision])
-
-
-def _reset_for_tests() -> None:
-    global _applied
-    _applied = None

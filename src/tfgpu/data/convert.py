@@ -26,6 +26,7 @@ from tfgpu.data import records
 from tfgpu.data.manifest import MANIFEST_NAME, Feature, Manifest, Shard
 from tfgpu.data.sources import BadRow, ImageOptions, SourceSpec
 from tfgpu.errors import ConfigError, InputError
+from tfgpu.files import write_json_atomic
 from tfgpu.workers import run_jobs
 
 STATE_DIR = ".tfgpu"
@@ -207,7 +208,7 @@ def _convert_shard(job: _ShardJob) -> dict[str, Any]:
         "pixel_sq": channel_sq.tolist(),
         "pixels": pixels,
     }
-    records.write_json_atomic(Path(job.sidecar), result)
+    write_json_atomic(job.sidecar, result)
     return result
 
 
@@ -259,7 +260,7 @@ def _check_resume(state: Path, identity: dict[str, Any], source: str) -> None:
                 or earlier["source"],
                 fix="convert into a new directory, or delete this one first",
             )
-    records.write_json_atomic(plan_file, wanted)
+    write_json_atomic(plan_file, wanted)
 
 
 def _run_jobs(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import InputError
+from tfgpu.files import write_json_atomic
 
 MANIFEST_NAME = "manifest.json"
 FORMAT_VERSION = 1
@@ -117,11 +118,7 @@ class Manifest:
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Write manifest.json atomically (temporary name, then rename)."""
-        path = Path(directory) / MANIFEST_NAME
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2))
-        os.replace(tmp, path)
-        return path
+        return write_json_atomic(Path(directory) / MANIFEST_NAME, self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, directory: Path | None = None) -> Manifest:

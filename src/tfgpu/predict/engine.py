@@ -10,7 +10,6 @@ the chief writes the final manifest once every part is complete.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +19,9 @@ from typing import Any
 import numpy as np
 
 import tfgpu
-from tfgpu import choices, cluster
+from tfgpu import choices, cluster, distribute
 from tfgpu.errors import ConfigError, InputError
+from tfgpu.files import write_json_atomic
 from tfgpu.predict import writers
 from tfgpu.predict.inputs import InputSource, open_input
 from tfgpu.predict.models import Predictor, load_predictor
@@ -140,19 +140,6 @@ def _match_inputs(predictor: Predictor, source: InputSource, label: str | None) 
     return mapping
 
 
-def _local_strategy() -> Any:
-    """Prediction needs no cross-worker collectives: replicate over this process's devices only."""
-    from tfgpu import distribute
-
-    gpus, logical_cpus = distribute.local_device_counts()
-    picked = distribute.choose(name=None, spec=None, gpus=gpus, logical_cpus=logical_cpus)
-    built = distribute._build(picked, None, serve=False)
-    choices.record(
-        "predict.strategy", f"{distribute.DISPLAY[picked.kind]} x{built.num_replicas_in_sync}", picked.reason
-    )
-    return built
-
-
 def _dataset(
     source: InputSource,
     predictor: Predictor,
@@ -242,7 +229,7 @@ def predict(
     import tensorflow as tf
 
     options = options or PredictOptions()
-    strategy = strategy or _local_strategy()
+    strategy = strategy or distribute.local_strategy(record_as="predict.strategy")
     replicas = int(strategy.num_replicas_in_sync)
     batch = -(-options.batch_size // replicas) * replicas
     if batch != options.batch_size:
@@ -292,7 +279,7 @@ def predict(
         "shards": [s.__dict__ for s in done if start <= s.first_row < stop],
     }
     (out / PARTS).mkdir(exist_ok=True)
-    _write_part(out, worker, workers, part)
+    write_json_atomic(out / PARTS / f"worker-{worker:05d}-of-{workers:05d}.json", part)
     if worker == 0:
         _write_final(out, workers, options, model=model, input=input, predictor=predictor, total=source.rows)
     return PredictResult(
@@ -311,13 +298,6 @@ def predict(
 def _columns_from(out: Path, options: PredictOptions) -> dict[str, Any]:
     earlier = out / "manifest.json"
     return json.loads(earlier.read_text())["columns"] if earlier.exists() else {}
-
-
-def _write_part(out: Path, worker: int, workers: int, part: dict[str, Any]) -> None:
-    path = out / PARTS / f"worker-{worker:05d}-of-{workers:05d}.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(part))
-    os.replace(tmp, path)
 
 
 def _write_final(
@@ -344,8 +324,8 @@ def _write_final(
     parts = [json.loads(p.read_text()) for p in paths]
     shards = sorted((s for p in parts for s in p["shards"]), key=lambda s: s["first_row"])
     columns = next((p["columns"] for p in parts if p["columns"]), {})
-    writers.write_manifest(
-        out,
+    write_json_atomic(
+        out / "manifest.json",
         {
             "format": options.fmt,
             "total_rows": total,

@@ -169,14 +169,6 @@ class OrderedShards:
         self._flush()
 
 
-def write_manifest(directory: Path, data: dict[str, Any]) -> Path:
-    path = directory / "manifest.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
-    return path
-
-
 def read_output(directory: str | os.PathLike) -> dict[str, np.ndarray]:
     """Every prediction, in input order, from an output directory (a convenience for checks)."""
     directory = Path(directory)

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfgpu.files import write_text_atomic
+
 STYLE = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:980px;color:#222}
 h1{font-size:1.6rem;margin-bottom:.2rem} h2{font-size:1.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2rem}
@@ -70,9 +72,4 @@ def render(title: str, sections: Sequence[Section], *, subtitle: str = "") -> st
 
 def write(path: str | os.PathLike, content: str) -> Path:
     """Write atomically: a temporary name, then rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_text(content)
-    os.replace(tmp, target)
-    return target
+    return write_text_atomic(path, content)

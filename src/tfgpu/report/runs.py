@@ -15,6 +15,7 @@ from typing import Any
 
 import tfgpu
 from tfgpu.errors import InputError
+from tfgpu.files import write_json_atomic
 from tfgpu.report import plots
 from tfgpu.report.html import Section, render, write
 
@@ -24,18 +25,13 @@ KINDS = ("demo", "train", "predict", "diagnose")
 
 def save_run(directory: str | os.PathLike, kind: str, data: dict[str, Any]) -> Path:
     """Write DIRECTORY/run.json atomically."""
-    path = Path(directory) / RUN_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     record = {
         "kind": kind,
         "tfgpu": tfgpu.__version__,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "data": data,
     }
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, default=str))
-    os.replace(tmp, path)
-    return path
+    return write_json_atomic(Path(directory) / RUN_FILE, record, indent=None)
 
 
 def load_run(directory: str | os.PathLike) -> dict[str, Any]:

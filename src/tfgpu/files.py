@@ -1,0 +1,25 @@
+"""Writing files so that a reader never sees half of one: a temporary name, then a rename.
+
+The temporary name carries the writer's process id, so concurrent writers (several workers of a
+launch, say) never share one; a leftover one can be told from a live one by its process id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, target)
+    return target
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any, *, indent: int | None = 2) -> Path:
+    return write_text_atomic(path, json.dumps(data, indent=indent, default=str))
