@@ -3,8 +3,12 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The Estimator lane: TensorFlow 2.15, the last release with tf.estimator (Python <= 3.11).
+LEGACY_VENV ?= .venv-tf215
+LEGACY_PYTHON ?= python3.11
+LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test lint format bench bench-data bench-train bench-predict bench-diagnose clean
+.PHONY: demo test test-main test-estimator lint format bench bench-data bench-train bench-predict bench-diagnose clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,19 +16,34 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $(STAMP)
 
+# tfgpu itself requires TensorFlow >= 2.16, so the lane installs it without dependencies and pins
+# what tfgpu.estimator and tfgpu.predict need next to TensorFlow 2.15 (NumPy 1.x, pyarrow < 19).
+$(LEGACY_STAMP): pyproject.toml
+	$(LEGACY_PYTHON) -m venv $(LEGACY_VENV)
+	$(LEGACY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LEGACY_VENV)/bin/python -m pip install -q "tensorflow-cpu==2.15.1" "tensorflow-estimator==2.15.0" \
+		"numpy>=1.26,<2" "pyarrow>=14,<19" "rich>=13,<15" "nvidia-ml-py>=12.535,<14" "pytest>=7,<10"
+	$(LEGACY_VENV)/bin/python -m pip install -q --no-deps -e .
+	touch $(LEGACY_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/tfgpu demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests tests_estimator bench examples
+	$(BIN)/ruff format --check src tests tests_estimator bench examples
 
-test: lint
+test: test-main test-estimator
+
+test-main: lint
 	$(BIN)/python -m pytest -q
 
+test-estimator: $(LEGACY_STAMP)
+	$(LEGACY_VENV)/bin/python -m pytest -q -p no:warnings tests_estimator
+
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests bench examples
-	$(BIN)/ruff format src tests bench examples
+	$(BIN)/ruff check --fix src tests tests_estimator bench examples
+	$(BIN)/ruff format src tests tests_estimator bench examples
 
 bench: bench-data bench-train bench-predict bench-diagnose
 
@@ -41,4 +60,4 @@ bench-diagnose: $(STAMP)
 	cd bench && ../$(BIN)/python diagnose_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LEGACY_VENV) .pytest_cache .ruff_cache

@@ -210,7 +210,11 @@ def test_known_issues_from_the_table():
 
 def test_estimator_presence_reported():
     assert "absent" in checks("no-driver", probe())["estimator"].finding
-    assert "available" in checks("no-driver", probe(tensorflow="2.15.1", estimator=True))["estimator"].finding
+    assert "migrating-from-estimator.md" in checks("no-driver", probe())["estimator"].finding
+    present = checks("no-driver", probe(tensorflow="2.15.1", estimator=True))["estimator"]
+    assert "available" in present.finding and "tfgpu.estimator.run_config" in present.finding
+    missing = checks("no-driver", probe(tensorflow="2.15.1"))["estimator"]
+    assert "not installed" in missing.finding and "tensorflow-estimator==2.15.*" in missing.fix
 
 
 def test_environment_problems():

@@ -22,6 +22,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "Trainer": ("tfgpu.train", "Trainer"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
     "predict": ("tfgpu.predict", "predict"),
+    "estimator": ("tfgpu.estimator", None),
     "diagnose": ("tfgpu.diagnose", "diagnose"),
     "choices": ("tfgpu.choices", None),
     "TfgpuError": ("tfgpu.errors", "TfgpuError"),

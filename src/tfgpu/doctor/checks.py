@@ -17,6 +17,7 @@ from tfgpu.errors import ClusterError
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 INSTALL_GPU_TF = 'pip install "tensorflow[and-cuda]"'
+GUIDE = "docs/migrating-from-estimator.md"
 
 
 @dataclass(frozen=True)
@@ -442,16 +443,26 @@ def check_known_issues(f: Facts) -> list[CheckResult]:
 def check_estimator(f: Facts) -> CheckResult | None:
     if not f.tf_ok:
         return None
+    version = f.tf["tensorflow"]
     if f.tf.get("estimator"):
         return CheckResult(
             "estimator",
             OK,
-            f"tf.estimator is available (TensorFlow {f.tf['tensorflow']}); tfgpu.estimator configures it for GPUs",
+            f"tf.estimator is available (TensorFlow {version}): tfgpu.estimator.run_config spreads it over "
+            "every GPU and tfgpu.estimator.predict predicts on all of them; TensorFlow 2.16 removes it",
+            f"plan the move to tfgpu.Trainer: {GUIDE}",
+        )
+    if versions.parse_version(version)[:2] < (2, 16):
+        return CheckResult(
+            "estimator",
+            OK,
+            f"tf.estimator is not installed with TensorFlow {version}",
+            f"pip install 'tensorflow-estimator=={_py(versions.parse_version(version))}.*' if you run Estimators",
         )
     return CheckResult(
         "estimator",
         OK,
-        "tf.estimator is absent (removed in TensorFlow 2.16): migrate Estimators to tfgpu.Trainer, see docs/migrating-from-estimator.md",
+        f"tf.estimator is absent (removed in TensorFlow 2.16): migrate Estimators to tfgpu.Trainer, see {GUIDE}",
     )
 
 

@@ -218,14 +218,19 @@ def _bucket_bounds(source: InputSource, options: PredictOptions) -> list[int]:
 
 def predict(
     model: str,
-    input: str,
+    input: str | InputSource,
     output: str,
     *,
     options: PredictOptions | None = None,
     strategy: Any = None,
     on_progress: Callable[[int, int], None] | None = None,
+    model_description: str | None = None,
 ) -> PredictResult:
-    """Predict MODEL on INPUT into the OUTPUT directory; see the module docstring."""
+    """Predict MODEL on INPUT into the OUTPUT directory; see the module docstring.
+
+    INPUT is a path ``open_input`` reads, or an InputSource (``tfgpu.estimator`` passes the rows
+    of an input_fn). ``model_description`` replaces the model path in the output manifest.
+    """
     import tensorflow as tf
 
     options = options or PredictOptions()
@@ -236,7 +241,7 @@ def predict(
         choices.record("predict.batch", batch, f"rounded up to a multiple of {replicas} replicas")
     with strategy.scope():
         predictor = load_predictor(model, signature=options.signature)
-    source = open_input(input)
+    source = input if isinstance(input, InputSource) else open_input(input)
     label = getattr(getattr(source, "manifest", None), "label", None)
     mapping = _match_inputs(predictor, source, label)
     worker, workers = _worker_part()
@@ -281,7 +286,15 @@ def predict(
     (out / PARTS).mkdir(exist_ok=True)
     write_json_atomic(out / PARTS / f"worker-{worker:05d}-of-{workers:05d}.json", part)
     if worker == 0:
-        _write_final(out, workers, options, model=model, input=input, predictor=predictor, total=source.rows)
+        _write_final(
+            out,
+            workers,
+            options,
+            model=model_description or str(Path(model).resolve()),
+            input=str(Path(input).resolve()) if isinstance(input, str) else source.description,
+            predictor=predictor,
+            total=source.rows,
+        )
     return PredictResult(
         rows=stop - start,
         predicted_rows=stop - first,
@@ -331,9 +344,9 @@ def _write_final(
             "total_rows": total,
             "columns": {writers.ID: {"dtype": "int64", "shape": []}, **columns},
             "shards": shards,
-            "model": str(Path(model).resolve()),
+            "model": model,
             "model_kind": predictor.description,
-            "input": str(Path(input).resolve()),
+            "input": input,
             "workers": workers,
             "created_by": {
                 "tool": "tfgpu predict",

@@ -7,7 +7,7 @@ tables are read a record batch at a time, arrays are memory-mapped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -274,6 +274,71 @@ class ArrayInput(InputSource):
                 return tf.ensure_shape(record, [])
 
             ds = ds.map(lambda i, f: (i, serialize(f[self.name])))
+        return ds if batch is None else ds.batch(batch)
+
+
+class DatasetInput(InputSource):
+    """The rows of a tf.data.Dataset of batched features made by ``make`` (an Estimator input_fn).
+
+    Elements may be features or (features, labels); labels are dropped. ``make`` is called again
+    for each pass, so the rows are counted once and then streamed; ``single_tensor`` tells that
+    the features are one tensor rather than a dict (it is named ``features`` here).
+    """
+
+    NAME = "features"
+
+    def __init__(self, make: Callable[[], Any], *, description: str) -> None:
+        import tensorflow as tf
+
+        self._make = make
+        self.description = description
+        ds = self._features()
+        if ds.cardinality() == tf.data.INFINITE_CARDINALITY:
+            raise InputError(
+                f"{description} repeats forever, so prediction would never end",
+                value=description,
+                fix="drop .repeat() from the input function used for prediction",
+            )
+        specs = ds.element_spec
+        if any(s.shape.rank in (None, 0) for s in specs.values()):
+            raise InputError(
+                f"{description} must return batched features of known rank, as Estimator.predict needs",
+                value={n: str(s.shape) for n, s in specs.items()},
+                fix="end the input function with .batch(n)",
+            )
+        self.columns = {
+            n: Column("string" if s.dtype == tf.string else s.dtype.name, tuple(s.shape[1:]))
+            for n, s in specs.items()
+        }
+        first = next(iter(specs))
+        self.rows = int(ds.reduce(tf.constant(0, tf.int64), lambda n, f: n + tf.shape(f[first], tf.int64)[0]))
+        self.description = f"{description} ({self.rows} rows)"
+
+    def _features(self) -> Any:
+        import tensorflow as tf
+
+        ds = self._make()
+        if not isinstance(ds, tf.data.Dataset):
+            raise InputError(
+                "The input function must return a tf.data.Dataset",
+                value=type(ds).__name__,
+                fix="return tf.data.Dataset.from_tensor_slices(features).batch(n) or similar",
+            )
+        if isinstance(ds.element_spec, tuple):
+            ds = ds.map(lambda *element: element[0])
+        self.single_tensor = not isinstance(ds.element_spec, dict)
+        return ds.map(lambda f: {self.NAME: f}) if self.single_tensor else ds
+
+    def dataset(
+        self, start: int, stop: int, *, examples: bool, deterministic: bool, batch: int | None
+    ) -> Any:
+        if examples:
+            raise InputError(
+                "A model that takes serialized tf.Example strings needs a tfgpu dataset, not an input_fn",
+                value=self.description,
+                fix="leave serving_input_receiver_fn out, or pass the TFRecord dataset directory",
+            )
+        ds = self._features().unbatch().enumerate().skip(start).take(stop - start)
         return ds if batch is None else ds.batch(batch)
 
 
