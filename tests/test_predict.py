@@ -286,3 +286,24 @@ def test_cli_bad_model_exits_2(tmp_path):
     np.save(tmp_path / "x.npy", X)
     done = run_cli("predict", str(tmp_path / "m.keras"), str(tmp_path / "x.npy"), str(tmp_path / "o"))
     assert done.returncode == 2 and "Traceback" not in done.stderr and "not a Keras model file" in done.stderr
+
+
+def test_npy_rows_read_by_tensorflow_equal_numpy_slices(tmp_path):
+    """The fixed-length-record reader of .npy files, for any row range and batch, and the fallback."""
+    from tfgpu.predict.inputs import ArrayInput
+
+    data = np.arange(103 * 6, dtype=np.float32).reshape(103, 2, 3)
+    np.save(tmp_path / "c.npy", data)
+    np.save(tmp_path / "f.npy", np.asfortranarray(data))
+    np.save(tmp_path / "b.npy", data.astype(">f4"))
+    for name in ("c", "f", "b"):
+        source = ArrayInput(tmp_path / f"{name}.npy")
+        assert source._fixed_length() == (name == "c")
+        for start, stop, batch in ((0, 103, 16), (5, 98, 10), (40, 41, 8), (0, 103, 103), (7, 103, None)):
+            parts = list(source.dataset(start, stop, examples=False, deterministic=True, batch=batch))
+            ids = np.concatenate([np.atleast_1d(i.numpy()) for i, _ in parts])
+            rows = np.concatenate([np.reshape(f[name].numpy(), (-1, 2, 3)) for _, f in parts])
+            np.testing.assert_array_equal(ids, np.arange(start, stop))
+            np.testing.assert_array_equal(rows, data[start:stop])
+            if batch:
+                assert [len(i) for i, _ in parts][:-1] == [batch] * (len(parts) - 1)

@@ -165,12 +165,15 @@ def _dataset(
         name = predictor.inputs[0].name
         ds = ds.map(lambda i, record: (i, {name: record}))
     else:
-        ds = ds.map(
-            lambda i, f: (
-                i,
-                {n: tf.cast(f[c], dtypes[n]) if dtypes[n] != "string" else f[c] for n, c in mapping.items()},
-            )
-        )
+
+        def select(i: Any, f: Any) -> Any:
+            # only cast what differs: a same-dtype cast still costs an op per batch
+            return i, {
+                n: f[c] if dtypes[n] in ("string", f[c].dtype.name) else tf.cast(f[c], dtypes[n])
+                for n, c in mapping.items()
+            }
+
+        ds = ds.map(select)
     if options.bucket_by:
         inverse = {c: n for n, c in mapping.items()}
         key = inverse.get(options.bucket_by)
@@ -189,12 +192,20 @@ def _dataset(
         )
 
     def pad(ids: Any, features: Any) -> Any:
+        """Fill a short batch up to ``batch`` rows (ids -1) so every replica gets an equal share."""
         missing = batch - tf.shape(ids)[0]
-        ids = tf.ensure_shape(tf.concat([ids, tf.fill([missing], tf.constant(-1, tf.int64))], 0), [batch])
+        ids = tf.concat([ids, tf.fill([missing], tf.constant(-1, tf.int64))], 0)
         features = {k: tf.concat([v, tf.repeat(v[:1], missing, axis=0)], 0) for k, v in features.items()}
-        return ids, {k: tf.ensure_shape(v, [batch, *v.shape[1:]]) for k, v in features.items()}
+        return ids, features
 
-    ds = ds.map(pad, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+    def full(ids: Any, features: Any) -> Any:
+        # full batches (all but the last) pass without a copy
+        ids, features = tf.cond(tf.shape(ids)[0] < batch, lambda: pad(ids, features), lambda: (ids, features))
+        return tf.ensure_shape(ids, [batch]), {
+            k: tf.ensure_shape(v, [batch, *v.shape[1:]]) for k, v in features.items()
+        }
+
+    ds = ds.map(full, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
     off = tf.data.Options()
     off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return ds.with_options(off)
@@ -231,7 +242,6 @@ def predict(
     INPUT is a path ``open_input`` reads, or an InputSource (``tfgpu.estimator`` passes the rows
     of an input_fn). ``model_description`` replaces the model path in the output manifest.
     """
-    import tensorflow as tf
 
     options = options or PredictOptions()
     strategy = strategy or distribute.local_strategy(record_as="predict.strategy")
@@ -254,25 +264,17 @@ def predict(
     )
     choices.announce()
 
-    @tf.function
-    def step(ids: Any, features: Any) -> Any:
-        return strategy.run(lambda i, f: (i, predictor.call(f)), args=(ids, features))
-
     started = time.perf_counter()
     if first < stop:
-        dist = strategy.experimental_distribute_dataset(
-            _dataset(source, predictor, mapping, start=first, stop=stop, batch=batch, options=options)
+        ds = _dataset(source, predictor, mapping, start=first, stop=stop, batch=batch, options=options)
+        # one replica takes the batches as they are: the distributed iterator costs ~20% there
+        _run(
+            strategy,
+            predictor,
+            iter(strategy.experimental_distribute_dataset(ds) if replicas > 1 else ds),
+            sink,
+            lambda: on_progress(sink.next_row - start, stop - start) if on_progress else None,
         )
-        for ids, features in dist:
-            out_ids, outputs = step(ids, features)
-            local_ids = np.concatenate([t.numpy() for t in strategy.experimental_local_results(out_ids)])
-            local = {
-                k: np.concatenate([t.numpy() for t in strategy.experimental_local_results(v)])
-                for k, v in outputs.items()
-            }
-            sink.add(local_ids, local)
-            if on_progress:
-                on_progress(sink.next_row - start, stop - start)
     sink.finish()
     seconds = time.perf_counter() - started
     done = writers.completed_shards(out, options.fmt)
@@ -306,6 +308,45 @@ def predict(
         output=str(out),
         resumed_from_row=first if first > start else None,
     )
+
+
+def _run(
+    strategy: Any,
+    predictor: Predictor,
+    iterator: Any,
+    sink: writers.OrderedShards,
+    progress: Callable[[], None],
+) -> None:
+    """Predict every batch of ``iterator`` into ``sink``.
+
+    The next batch is taken inside the compiled step, as Keras' predict does, so no Python-side
+    iterator call sits between steps. A background thread moves the outputs to host memory,
+    reorders them and writes the shards while the devices compute the next batch. The queue
+    between the two holds a few batches, so memory stays bounded.
+    """
+    import tensorflow as tf
+
+    @tf.function
+    def step() -> Any:  # the iterator is captured: no per-call argument matching
+        ids, features = next(iterator)
+        return strategy.run(lambda i, f: (i, predictor.call(f)), args=(ids, features))
+
+    def to_host(out_ids: Any, outputs: Any) -> None:
+        local_ids = np.concatenate([t.numpy() for t in strategy.experimental_local_results(out_ids)])
+        local = {
+            k: np.concatenate([t.numpy() for t in strategy.experimental_local_results(v)])
+            for k, v in outputs.items()
+        }
+        sink.add(local_ids, local)
+        progress()
+
+    with writers.Background(to_host, depth=4) as background:
+        while True:
+            try:
+                out = step()
+            except (tf.errors.OutOfRangeError, StopIteration):
+                break
+            background.put(*out)
 
 
 def _columns_from(out: Path, options: PredictOptions) -> dict[str, Any]:

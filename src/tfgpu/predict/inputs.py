@@ -231,6 +231,11 @@ def _example(row: dict[str, Any], columns: dict[str, Column]) -> bytes:
 
 
 class ArrayInput(InputSource):
+    """A ``.npy`` array, memory-mapped. A plain numeric array in C order is read by TensorFlow
+    itself, in fixed-length records of one batch each, so no Python runs per batch. Any other
+    array (Fortran order, another byte order, a dtype TensorFlow cannot decode) is read through a
+    generator of slices."""
+
     def __init__(self, path: Path) -> None:
         try:
             self.array = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -238,6 +243,7 @@ class ArrayInput(InputSource):
             raise InputError(
                 f"Cannot read {path}: {exc}", fix="pass a complete .npy file of numbers"
             ) from None
+        self.path = path
         self.name = path.stem
         self.rows = int(self.array.shape[0])
         self.columns = {self.name: Column(self.array.dtype.name, tuple(int(d) for d in self.array.shape[1:]))}
@@ -248,9 +254,66 @@ class ArrayInput(InputSource):
     ) -> Any:
         import tensorflow as tf
 
+        if examples:
+            ds = self._slices(start, stop, READ_ROWS).unbatch()
+
+            def serialize(values: Any) -> Any:
+                record = tf.py_function(
+                    lambda v: _example({self.name: v.numpy()}, self.columns), [values], tf.string
+                )
+                return tf.ensure_shape(record, [])
+
+            ds = ds.map(lambda i, f: (i, serialize(f[self.name])))
+            return ds if batch is None else ds.batch(batch)
+        step = batch or READ_ROWS
+        ds = self._records(start, stop, step) if self._fixed_length() else self._slices(start, stop, step)
+        return ds if batch is not None else ds.unbatch()
+
+    def _fixed_length(self) -> bool:
+        """Whether TensorFlow can read the rows straight from the file."""
+        array = self.array
+        row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
+        return (
+            isinstance(array, np.memmap)
+            and array.flags["C_CONTIGUOUS"]
+            and array.dtype.isnative
+            and array.dtype.name in _DECODABLE
+            and row_bytes > 0
+        )
+
+    def _records(self, start: int, stop: int, batch: int) -> Any:
+        """(ids, features) in batches of ``batch`` rows (the last shorter), decoded by TensorFlow."""
+        import tensorflow as tf
+
+        array = self.array
+        shape = array.shape[1:]
+        row_bytes = array.dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        full, rest = divmod(stop - start, batch)
+        pieces = []
+        for first, rows, count in ((start, batch, full), (start + full * batch, rest, 1 if rest else 0)):
+            if count:
+                pieces.append(
+                    tf.data.FixedLengthRecordDataset(
+                        str(self.path),
+                        record_bytes=rows * row_bytes,
+                        header_bytes=array.offset + first * row_bytes,
+                        footer_bytes=(self.rows - first - rows * count) * row_bytes,
+                        buffer_size=max(1 << 20, 2 * rows * row_bytes),
+                    )
+                )
+        records = pieces[0] if len(pieces) == 1 else pieces[0].concatenate(pieces[1])
+        dtype = tf.as_dtype(array.dtype)
+        values = records.map(
+            lambda r: {self.name: tf.reshape(tf.io.decode_raw(r, dtype), [-1, *shape])},
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        ids = tf.data.Dataset.range(start, stop).batch(batch)
+        return tf.data.Dataset.zip(ids, values)
+
+    def _slices(self, start: int, stop: int, step: int) -> Any:
+        import tensorflow as tf
+
         column = self.columns[self.name]
-        direct = batch is not None and not examples
-        step = batch if direct else READ_ROWS
 
         def chunks() -> Iterator[Any]:
             for first in range(start, stop, step):
@@ -261,20 +324,14 @@ class ArrayInput(InputSource):
             tf.TensorSpec([None], tf.int64),
             {self.name: tf.TensorSpec([None, *column.shape], tf.as_dtype(column.dtype))},
         )
-        ds = tf.data.Dataset.from_generator(chunks, output_signature=spec)
-        if direct:
-            return ds  # already batches of exactly `batch` rows
-        ds = ds.unbatch()
-        if examples:
+        return tf.data.Dataset.from_generator(chunks, output_signature=spec)
 
-            def serialize(values: Any) -> Any:
-                record = tf.py_function(
-                    lambda v: _example({self.name: v.numpy()}, self.columns), [values], tf.string
-                )
-                return tf.ensure_shape(record, [])
 
-            ds = ds.map(lambda i, f: (i, serialize(f[self.name])))
-        return ds if batch is None else ds.batch(batch)
+# dtypes tf.io.decode_raw reads
+_DECODABLE = {
+    "float16", "float32", "float64", "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "bool",
+}  # fmt: skip
 
 
 class DatasetInput(InputSource):

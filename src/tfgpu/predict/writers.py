@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +95,46 @@ def _write(path: Path, fmt: str, ids: np.ndarray, outputs: dict[str, np.ndarray]
                     tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
                 )
     os.replace(tmp, path)
+
+
+class Background:
+    """Run ``work(*item)`` for each item put, in order, on one background thread.
+
+    ``put`` blocks while ``depth`` items wait, which bounds memory. The first error stops the
+    work and is raised again in the caller, at the next ``put`` or when the block ends.
+    """
+
+    def __init__(self, work: Callable[..., None], *, depth: int) -> None:
+        self._work = work
+        self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="tfgpu-predict-writer", daemon=True)
+
+    def __enter__(self) -> Background:
+        self._thread.start()
+        return self
+
+    def put(self, *item: Any) -> None:
+        self._raise()
+        self._queue.put(item)
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if kind is None:
+            self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _loop(self) -> None:
+        while (item := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._work(*item)
+                except BaseException as exc:  # handed to the caller's thread
+                    self._error = exc
 
 
 class OrderedShards:
