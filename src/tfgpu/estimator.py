@@ -42,6 +42,12 @@ class EstimatorUnavailableError(TfgpuError, RuntimeError):
     """tf.estimator cannot be used with the installed TensorFlow."""
 
 
+def install_line(tf_version: str) -> str:
+    """The pip command that adds tf.estimator to TensorFlow <= 2.15 (the minor versions must match)."""
+    major, minor = (*parse_version(tf_version), 0)[:2]
+    return f"pip install 'tensorflow-estimator=={major}.{minor}.*'"
+
+
 def require_estimator() -> Any:
     """Return ``tf.estimator``; raise EstimatorUnavailableError (with the way forward) when absent."""
     import tensorflow as tf
@@ -60,7 +66,7 @@ def require_estimator() -> Any:
         raise EstimatorUnavailableError(
             f"TensorFlow {version} is installed without the tensorflow-estimator package",
             value=version,
-            fix=f"pip install 'tensorflow-estimator=={'.'.join(map(str, parse_version(version)[:2]))}.*'",
+            fix=install_line(version),
         ) from None
 
 

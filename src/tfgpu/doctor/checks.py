@@ -14,10 +14,10 @@ from typing import Any
 from tfgpu import cluster, nvml, versions
 from tfgpu.doctor import known_issues
 from tfgpu.errors import ClusterError
+from tfgpu.estimator import GUIDE, install_line
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 INSTALL_GPU_TF = 'pip install "tensorflow[and-cuda]"'
-GUIDE = "docs/migrating-from-estimator.md"
 
 
 @dataclass(frozen=True)
@@ -457,7 +457,7 @@ def check_estimator(f: Facts) -> CheckResult | None:
             "estimator",
             OK,
             f"tf.estimator is not installed with TensorFlow {version}",
-            f"pip install 'tensorflow-estimator=={_py(versions.parse_version(version))}.*' if you run Estimators",
+            f"{install_line(version)} if you run Estimators",
         )
     return CheckResult(
         "estimator",

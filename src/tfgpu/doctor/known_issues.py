@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tfgpu.estimator import GUIDE
 from tfgpu.versions import Version, parse_version
 
 
@@ -53,7 +54,7 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         title="tf.estimator was removed in TensorFlow 2.16, but tensorflow-estimator is installed",
         link="https://github.com/tensorflow/tensorflow/releases/tag/v2.16.1",
         tensorflow=("2.16", "999"),
-        fix="pin tensorflow==2.15.* to keep Estimators, or migrate (docs/migrating-from-estimator.md)",
+        fix=f"pin tensorflow==2.15.* to keep Estimators, or migrate ({GUIDE})",
         only_with_estimator_package=True,
     ),
     KnownIssue(

@@ -269,16 +269,19 @@ class ArrayInput(InputSource):
         ds = self._records(start, stop, step) if self._fixed_length() else self._slices(start, stop, step)
         return ds if batch is not None else ds.unbatch()
 
+    @property
+    def _row_bytes(self) -> int:
+        return self.array.dtype.itemsize * int(np.prod(self.array.shape[1:], dtype=np.int64))
+
     def _fixed_length(self) -> bool:
         """Whether TensorFlow can read the rows straight from the file."""
         array = self.array
-        row_bytes = array.dtype.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
         return (
             isinstance(array, np.memmap)
             and array.flags["C_CONTIGUOUS"]
             and array.dtype.isnative
             and array.dtype.name in _DECODABLE
-            and row_bytes > 0
+            and self._row_bytes > 0
         )
 
     def _records(self, start: int, stop: int, batch: int) -> Any:
@@ -287,7 +290,7 @@ class ArrayInput(InputSource):
 
         array = self.array
         shape = array.shape[1:]
-        row_bytes = array.dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+        row_bytes = self._row_bytes
         full, rest = divmod(stop - start, batch)
         pieces = []
         for first, rows, count in ((start, batch, full), (start + full * batch, rest, 1 if rest else 0)):

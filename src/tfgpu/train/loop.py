@@ -143,6 +143,8 @@ class Trainer:
             )
         self.global_batch = task.batch_size * self.replicas
         spec = cluster.from_environ()
+        # one local replica and no cluster: nothing to distribute (see _distributed)
+        self._local_only = self.replicas == 1 and spec is None
         self.is_chief = spec is None or spec.is_chief
         self.worker_name = f"{spec.task_type}-{spec.task_index}" if spec else "local"
         choices.record(
@@ -231,7 +233,7 @@ class Trainer:
         """
         import tensorflow as tf
 
-        if self.replicas == 1 and cluster.from_environ() is None:
+        if self._local_only:
             return make(tf.distribute.InputContext())
         return self.strategy.distribute_datasets_from_function(make)
 
@@ -492,10 +494,7 @@ class Trainer:
             raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
         step = self._functions.get("eval") or self._functions.setdefault("eval", self._eval_step())
         sums: dict[str, float] = {}
-        dist = self.strategy.distribute_datasets_from_function(
-            self._dataset_fn(source, training=False, epoch=0, skip=0)
-        )
-        iterator = iter(dist)
+        iterator = iter(self._distributed(self._dataset_fn(source, training=False, epoch=0, skip=0)))
         while True:
             optional = iterator.get_next_as_optional()
             if not bool(optional.has_value()):
