@@ -373,3 +373,12 @@ def test_conversion_killed_halfway_resumes(images, tmp_path):
     assert summary["shards_reused"] >= done_before and summary["rows"] == 400
     assert data.verify(out) == []
     assert not list(out.glob("*.tmp-*"))
+
+
+def test_output_that_is_a_file_is_refused_and_kept(tmp_path):
+    np.save(tmp_path / "x.npy", np.zeros((4, 2), "float32"))
+    (tmp_path / "taken").write_text("keep me")
+    done = run_cli("convert", str(tmp_path / "x.npy"), str(tmp_path / "taken"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "is a file, but tfgpu convert writes a directory" in done.stderr
+    assert (tmp_path / "taken").read_text() == "keep me"

@@ -137,6 +137,13 @@ def test_predict_bad_inputs_say_what_to_do(trained, tmp_path):
 
     with pytest.raises(InputError, match="batched features"):
         estimator.predict(trained, unbatched, str(tmp_path / "b"))
+    np.save(tmp_path / "w.npy", _data()[0])  # its column is "w"; model_fn reads "x"
+    with pytest.raises(InputError, match=r"cannot take the input's columns \['w'\] \(KeyError"):
+        estimator.predict(trained, str(tmp_path / "w.npy"), str(tmp_path / "d"))
+    (tmp_path / "taken").write_text("keep me")
+    with pytest.raises(InputError, match="is a file"):
+        estimator.predict(trained, predict_input_fn, str(tmp_path / "taken"))
+    assert (tmp_path / "taken").read_text() == "keep me"
     untrained = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "empty"), params={})
     with pytest.raises(InputError, match="no checkpoint"):
         estimator.predict(untrained, predict_input_fn, str(tmp_path / "c"))

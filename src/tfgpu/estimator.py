@@ -250,7 +250,13 @@ def predict(
     receiver = serving_input_receiver_fn or _raw_receiver(source)
     base = Path(export_dir) if export_dir else Path(tempfile.mkdtemp(prefix="tfgpu-estimator-"))
     try:
-        exported = _export(estimator, base, receiver, checkpoint_path=checkpoint_path)
+        exported = _export(
+            estimator,
+            base,
+            receiver,
+            checkpoint_path=checkpoint_path,
+            columns=None if serving_input_receiver_fn else sorted(source.columns),
+        )
         return engine.predict(
             exported,
             source,
@@ -303,7 +309,24 @@ def _raw_receiver(source: Any) -> Callable[[], Any]:
     return receiver
 
 
-def _export(estimator: Any, base: Path, receiver: Callable[[], Any], *, checkpoint_path: str | None) -> str:
+def _columns_rejected(exc: Exception, columns: list[str]) -> InputError:
+    return InputError(
+        f"The Estimator's model_fn cannot take the input's columns {columns} ({type(exc).__name__}: {str(exc)[:200]})",
+        value=columns,
+        fix="name and shape the columns as model_fn reads its features (a .npy file's column is its file "
+        "name), or pass serving_input_receiver_fn=",
+    )
+
+
+def _export(
+    estimator: Any,
+    base: Path,
+    receiver: Callable[[], Any],
+    *,
+    checkpoint_path: str | None,
+    columns: list[str] | None,
+) -> str:
+    """Export to ``base``; ``columns`` are the input's, when tfgpu built the serving input."""
     base.mkdir(parents=True, exist_ok=True)
     try:
         path = estimator.export_saved_model(str(base), receiver, checkpoint_path=checkpoint_path)
@@ -314,5 +337,11 @@ def _export(estimator: Any, base: Path, receiver: Callable[[], Any], *, checkpoi
                 value=checkpoint_path or estimator.model_dir,
                 fix="train it first, or pass checkpoint_path= to a checkpoint it wrote",
             ) from None
-        raise
+        if columns is None:
+            raise
+        raise _columns_rejected(exc, columns) from None
+    except KeyError as exc:  # model_fn reads a feature the input does not have
+        if columns is None:
+            raise
+        raise _columns_rejected(exc, columns) from None
     return path.decode() if isinstance(path, bytes) else str(path)

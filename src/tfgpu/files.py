@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tfgpu.errors import InputError
+
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     target = Path(path)
@@ -23,3 +25,15 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 def write_json_atomic(path: str | os.PathLike, data: Any, *, indent: int | None = 2) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=indent, default=str))
+
+
+def check_output_directory(path: str | os.PathLike, *, command: str) -> Path:
+    """``path`` as a Path; InputError when it is an existing file (commands write directories)."""
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise InputError(
+            f"The output {path} is a file, but {command} writes a directory there",
+            value=str(path),
+            fix="pass a new or existing directory as OUTPUT",
+        )
+    return out

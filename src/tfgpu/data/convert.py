@@ -26,7 +26,7 @@ from tfgpu.data import records
 from tfgpu.data.manifest import MANIFEST_NAME, Feature, Manifest, Shard
 from tfgpu.data.sources import BadRow, ImageOptions, SourceSpec
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.files import write_json_atomic
+from tfgpu.files import check_output_directory, write_json_atomic
 from tfgpu.workers import run_jobs
 
 STATE_DIR = ".tfgpu"
@@ -304,12 +304,12 @@ def convert(
     ``on_progress(rows_done, rows_total)`` is called as shards complete.
     """
     options = options or ConvertOptions()
+    out = check_output_directory(output, command="tfgpu convert")
     started = time.perf_counter()
     spec = options.source_spec(source)
     opened = spec.open()
     features = opened.features()
     rows = len(opened)
-    out = Path(output)
     state = out / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)
     _check_resume(state, options.identity(), str(source))

@@ -21,7 +21,7 @@ import numpy as np
 import tfgpu
 from tfgpu import choices, cluster, distribute
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.files import write_json_atomic
+from tfgpu.files import check_output_directory, write_json_atomic
 from tfgpu.predict import writers
 from tfgpu.predict.inputs import InputSource, open_input
 from tfgpu.predict.models import Predictor, load_predictor
@@ -242,7 +242,7 @@ def predict(
     INPUT is a path ``open_input`` reads, or an InputSource (``tfgpu.estimator`` passes the rows
     of an input_fn). ``model_description`` replaces the model path in the output manifest.
     """
-
+    out = check_output_directory(output, command="tfgpu predict")
     options = options or PredictOptions()
     strategy = strategy or distribute.local_strategy(record_as="predict.strategy")
     replicas = int(strategy.num_replicas_in_sync)
@@ -256,7 +256,6 @@ def predict(
     mapping = _match_inputs(predictor, source, label)
     worker, workers = _worker_part()
     start, stop = worker * source.rows // workers, (worker + 1) * source.rows // workers
-    out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     first = writers.resume_row(out, options.fmt, start, stop)
     sink = writers.OrderedShards(
