@@ -5,6 +5,7 @@ Image workload: JPEG images, decode + resize to 224x224 + random flip.
   recipe       the common recipe: map(AUTOTUNE), shuffle, batch, prefetch
   tfgpu        tfgpu.data.pipeline on the converted dataset (same JPEGs; decode+resize+flip each epoch)
   limit        the machine's limit: cores / single-thread CPU seconds per example of the same work
+               (median over the same interleaved rounds)
   pre-resized  tfgpu.data.pipeline on a dataset converted with --resize 224x224 --image-format raw
   cache        tfgpu.data.pipeline with cache="memory": first epoch vs second epoch
 Feature table: 20,000 rows x 100 float features; vectorized parse (tfgpu) vs per-record parse.
@@ -20,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -29,7 +31,7 @@ import tensorflow as tf
 from _common import interleaved_rates, save, table
 from PIL import Image
 
-from tfgpu import data
+from tfgpu import data, host
 
 SIZE = (224, 224)
 BATCH = 32
@@ -80,17 +82,26 @@ def count(ds: tf.data.Dataset) -> int:
     return n
 
 
-def single_thread_cpu_seconds(files: list[str]) -> float:
+def single_thread(files: list[str]) -> tf.data.Dataset:
+    """The same work as the recipe on one thread: its CPU seconds per example set the limit."""
     ds = tf.data.Dataset.from_tensor_slices(files).map(lambda p: flip(decode_resize(p)))
     options = tf.data.Options()
     options.threading.private_threadpool_size = 1
     options.threading.max_intra_op_parallelism = 1
     options.autotune.enabled = False
-    ds = ds.with_options(options)
-    count(ds.batch(BATCH))  # warm-up
-    cpu = time.process_time()
-    n = count(ds.batch(BATCH))
-    return (time.process_time() - cpu) / n
+    return ds.with_options(options).batch(BATCH)
+
+
+def cpu_timed(make: Callable[[], tf.data.Dataset], seconds: list[float]) -> Callable[[], int]:
+    """A variant for interleaved_rates that also records CPU seconds per example of each run."""
+
+    def run() -> int:
+        cpu = time.process_time()
+        n = count(make())
+        seconds.append((time.process_time() - cpu) / n)
+        return n
+
+    return run
 
 
 def image_bench(work: Path, images: int, repeats: int) -> list[dict]:
@@ -115,17 +126,20 @@ def image_bench(work: Path, images: int, repeats: int) -> list[dict]:
     resized_ds = data.pipeline(
         work / "resized", batch_size=BATCH, training=True, augment=augment, cache="off"
     )
+    single: list[float] = []
     rates = interleaved_rates(
         {
             "naive": lambda: count(naive(files)),
             "recipe": lambda: count(recipe(files)),
             "tfgpu": lambda: count(tfgpu_ds),
             "pre-resized": lambda: count(resized_ds),
+            "single-thread": cpu_timed(lambda: single_thread(files), single),
         },
         rounds=repeats,
     )
-    cpu_s = single_thread_cpu_seconds(files)
-    limit = (os.cpu_count() or 1) / cpu_s
+    # the limit, like the rates, is a median over the same interleaved rounds (warm-up left out)
+    cpu_s = float(np.median(single[-repeats:]))
+    limit = host.cores() / cpu_s
     first, second = [], []
     for _ in range(repeats):
         cached = data.pipeline(
@@ -155,7 +169,7 @@ def image_bench(work: Path, images: int, repeats: int) -> list[dict]:
             "examples_per_s": rates["tfgpu"]["median"],
         },
         {
-            "pipeline": f"machine limit ({os.cpu_count()} cores / {cpu_s * 1000:.2f} ms CPU per example)",
+            "pipeline": f"machine limit ({host.cores()} cores / {cpu_s * 1000:.2f} ms CPU per example)",
             "examples_per_s": limit,
         },
         {
