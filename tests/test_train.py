@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -114,7 +115,11 @@ def test_measures_and_reports_like_diagnose(single):
     assert data_["bottleneck"] in ("input", "host", "device")
     assert data_["input_bound"] in ("no", "moderately", "highly")
     assert 0.0 <= data_["input_wait_fraction"] <= 1.0
-    assert data_["examples_per_s"] > 0 and len(data_["timeline"]) == STEPS
+    # one point per log window (100 steps by default), the last at the end of the run
+    assert data_["examples_per_s"] > 0 and [p["step"] for p in data_["timeline"]] == [STEPS]
+    _trainer, result = train(1, log_every=5, steps_per_execution=2)
+    assert [p["step"] for p in result.timeline] == [5, 10, 12]
+    assert all(0.0 <= p["input_wait"] <= 1.0 for p in result.timeline)
 
 
 def test_epochs_history_and_tensorboard(tmp_path):
@@ -168,7 +173,7 @@ def test_out_of_memory_names_the_batch_size(monkeypatch):
     trainer = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False)
 
     def explode():
-        def run(batches):
+        def run(iterator, limit):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
         return run
@@ -293,5 +298,123 @@ def test_parameter_server_training_lowers_the_loss():
     result = run_cluster("bodies:parameter_server_training", workers=2, chief=True, ps=1, timeout=300)[
         "chief:0"
     ]
-    assert result["steps"] == 60
+    assert result["steps"] == 60 and result["points"] == list(range(5, 61, 5))
     assert result["last"] < result["first"]
+
+
+# -- the in-graph loop (issue 16) ---------------------------------------------------------------
+
+
+def test_default_strategy_is_accepted(single):
+    trainer = tfgpu.Trainer(make_task(GLOBAL), strategy=tf.distribute.get_strategy(), monitor_gpus=False)
+    trainer.fit(steps=STEPS)
+    assert_same_weights(trainer.model.get_weights(), single["weights"])
+
+
+def test_data_function_is_built_once_unless_it_takes_the_epoch():
+    from tasks import global_batches
+
+    calls = []
+
+    def once(ctx, per_replica):
+        calls.append("once")
+        return global_batches(ctx, per_replica, rows=240)
+
+    def each(ctx, per_replica, epoch):
+        calls.append(epoch)
+        return global_batches(ctx, per_replica, rows=240)
+
+    for fn, expected in ((once, ["once"]), (each, [0, 1, 2])):
+        calls.clear()
+        task = dataclasses.replace(make_task(12), train_data=fn, eval_data=None)
+        result = tfgpu.Trainer(task, strategy=strategy(2), monitor_gpus=False).fit(epochs=3)
+        assert calls == expected and [h["steps"] for h in result.history] == [10, 10, 10]
+
+
+def _array_task(per_replica, **extra):
+    from tasks import arrays
+
+    x, y = arrays()
+    return dataclasses.replace(make_task(per_replica), train_data=(x, y), eval_data=(x, y), **extra)
+
+
+def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
+    reference = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
+    result = reference.fit(epochs=2)
+    assert [h["steps"] for h in result.history] == [1001 // GLOBAL] * 2
+    assert result.history[1]["eval_examples"] == 1001
+    for replicas in (2, 3):
+        trainer = tfgpu.Trainer(
+            _array_task(GLOBAL // replicas), strategy=strategy(replicas), monitor_gpus=False
+        )
+        trainer.fit(epochs=2)
+        assert_same_weights(trainer.model.get_weights(), reference.model.get_weights())
+        assert trainer.evaluate()["examples"] == 1001
+    # killed after epoch 1 and resumed: the epoch-seeded order makes it the same run
+    first = tfgpu.Trainer(
+        _array_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=str(tmp_path)
+    )
+    first.fit(epochs=1)
+    resumed = tfgpu.Trainer(
+        _array_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=str(tmp_path)
+    )
+    resumed.fit(epochs=2)
+    assert_same_weights(resumed.model.get_weights(), reference.model.get_weights())
+
+
+def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
+    from tfgpu.train.inputs import Input
+
+    def first_labels(task, epoch):
+        source = Input(
+            task.train_data, task=task, training=True, global_batch=100, strategy=None, direct=True
+        )
+        return next(source.iterator(epoch))[1].numpy().tolist()
+
+    shuffled = _array_task(100)
+    assert first_labels(shuffled, 0) != first_labels(shuffled, 1)
+    assert first_labels(shuffled, 1) == first_labels(shuffled, 1)
+    kept = _array_task(100, pipeline={"shuffle": False})
+    assert first_labels(kept, 0) == first_labels(kept, 1) == shuffled.train_data[1][:100].tolist()
+
+
+def test_bad_arrays_and_options():
+    from tasks import arrays
+
+    x, y = arrays()
+    task = dataclasses.replace(make_task(12), train_data=(x, y[:-1]))
+    with pytest.raises(ConfigError, match="different numbers of rows") as info:
+        tfgpu.Trainer(task, strategy=strategy(1), monitor_gpus=False).fit(steps=1)
+    assert "1001" in str(info.value) and "1000" in str(info.value)
+    task = dataclasses.replace(make_task(12), train_data=(x[:10], y[:10]))
+    with pytest.raises(ConfigError, match="fewer than one global batch"):
+        tfgpu.Trainer(task, strategy=strategy(1), monitor_gpus=False).fit(steps=1)
+    with pytest.raises(ConfigError, match="Unknown Trainer option"):
+        tfgpu.Trainer(make_task(), strategy=strategy(1), steps_per_exec=2)
+    with pytest.raises(ConfigError, match="log_every"):
+        tfgpu.Trainer(make_task(), strategy=strategy(1), log_every=0)
+
+
+def test_non_finite_loss_is_named_with_its_step():
+    from tasks import arrays
+
+    x, y = arrays()
+    weights = np.ones(len(x), np.float32)
+    weights[7 * 24 + 3] = np.nan  # a sample weight in the 8th batch
+    task = dataclasses.replace(make_task(24), train_data=(x, y, weights), pipeline={"shuffle": False})
+    trainer = tfgpu.Trainer(
+        task, strategy=strategy(1), monitor_gpus=False, log_every=10, steps_per_execution=4
+    )
+    with pytest.raises(
+        tfgpu.TfgpuError, match=r"non-finite \(nan\) at step 8 \(found when reading steps 1-10\)"
+    ):
+        trainer.fit(steps=20)
+
+
+def test_input_wait_is_measured_inside_the_graph():
+    from tasks import slow_task
+
+    # 25 ms per batch of a tiny model (SLOW_S unset)
+    result = tfgpu.Trainer(slow_task(), strategy=strategy(1), monitor_gpus=False, log_every=5).fit(steps=15)
+    assert result.input_wait_fraction > 0.5 and result.verdict.input_bound == "highly"
+    assert all(p["input_wait"] > 0.5 for p in result.timeline[1:])  # the first one traced the step

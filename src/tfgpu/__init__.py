@@ -20,6 +20,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "data": ("tfgpu.data", None),
     "Task": ("tfgpu.train", "Task"),
     "Trainer": ("tfgpu.train", "Trainer"),
+    "TrainOptions": ("tfgpu.train", "TrainOptions"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
     "predict": ("tfgpu.predict", "predict"),
     "estimator": ("tfgpu.estimator", None),

@@ -1,7 +1,16 @@
-"""Training on every GPU and worker: ``Task`` says what, ``Trainer`` runs a strategy.run loop."""
+"""Training on every GPU and worker: ``Task`` says what, ``Trainer`` runs the in-graph loop."""
 
 from tfgpu.train.batch_size import find_batch_size
-from tfgpu.train.loop import OutOfMemoryError, Progress, Trainer, TrainResult
+from tfgpu.train.loop import OutOfMemoryError, Trainer
+from tfgpu.train.options import Progress, TrainOptions, TrainResult
 from tfgpu.train.task import Task
 
-__all__ = ["OutOfMemoryError", "Progress", "Task", "TrainResult", "Trainer", "find_batch_size"]
+__all__ = [
+    "OutOfMemoryError",
+    "Progress",
+    "Task",
+    "TrainOptions",
+    "TrainResult",
+    "Trainer",
+    "find_batch_size",
+]

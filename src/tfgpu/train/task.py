@@ -10,8 +10,10 @@ from typing import Any
 from tfgpu.errors import ConfigError
 
 # fn(input_context, per_replica_batch) -> tf.data.Dataset of (x, y) or (x, y, sample_weight),
-# batched by the per-replica batch; or a tfgpu dataset directory (its manifest has the label).
-DataSource = Callable[[Any, int], Any] | str | os.PathLike
+# batched by the per-replica batch (built once, iterated each epoch; add an ``epoch`` keyword to be
+# called each epoch); a tfgpu dataset directory (its manifest has the label); or arrays in memory,
+# (x, y) or (x, y, sample_weight), x an array or a dict of arrays (see tfgpu.train.inputs).
+DataSource = Callable[..., Any] | str | os.PathLike | tuple
 
 
 @dataclass
@@ -28,7 +30,8 @@ class Task:
             exactly (sums over every example, whatever the replicas and workers).
         batch_size: per replica; the global batch is this times the replicas.
         steps_per_epoch: needed only when the data size cannot be known (ParameterServerStrategy).
-        pipeline: options for tfgpu.data.pipeline when the data is a dataset directory.
+        pipeline: options for tfgpu.data.pipeline when the data is a dataset directory;
+            ``{"shuffle": False}`` keeps the order of arrays given in memory.
     """
 
     model: Callable[[], Any]

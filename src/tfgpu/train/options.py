@@ -1,0 +1,111 @@
+"""What a training run is asked to do (``TrainOptions``) and what it reports (``Progress``, ``TrainResult``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from tfgpu import verdict
+from tfgpu.errors import ConfigError
+
+DEFAULT_LOG_EVERY = 100
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How ``Trainer`` runs; validated once, here.
+
+    Args:
+        steps_per_execution: training steps per compiled call, run in an in-graph loop that takes
+            each batch from the iterator itself. None (the default): ``log_every``, so the host
+            makes one call per log window and never waits for the device in between.
+        log_every: read loss, NaN check, input wait and throughput from the device every N steps
+            (and at each epoch's end); progress, TensorBoard and the timeline get one point each.
+            Reading sooner syncs the host with the device, which idles a GPU.
+        jit_compile: compile the step with XLA.
+        checkpoint_dir / checkpoint_every / keep_checkpoints: save model, optimizer, step and
+            epoch every N steps and at the end, keep the last K; a new Trainer on the same
+            directory resumes from the latest.
+        log_dir: TensorBoard scalars (loss, examples/s, input wait), written by the chief.
+        monitor_gpus: sample GPU utilization through NVML while training.
+    """
+
+    steps_per_execution: int | None = None
+    log_every: int = DEFAULT_LOG_EVERY
+    jit_compile: bool = False
+    checkpoint_dir: str | None = None
+    checkpoint_every: int | None = None
+    keep_checkpoints: int = 3
+    log_dir: str | None = None
+    monitor_gpus: bool = True
+
+    def __post_init__(self) -> None:
+        for name, value in (
+            ("steps_per_execution", self.steps_per_execution),
+            ("log_every", self.log_every),
+            ("checkpoint_every", self.checkpoint_every),
+            ("keep_checkpoints", self.keep_checkpoints),
+        ):
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ConfigError(
+                    f"{name} must be a whole number of at least 1", value=value, fix="pass 1 or more"
+                )
+
+    @property
+    def execution_steps(self) -> int:
+        """Steps per compiled call (never more than a log window)."""
+        return min(self.steps_per_execution or self.log_every, self.log_every)
+
+    def boundaries(self) -> tuple[int, ...]:
+        """Step multiples at which an execution must end: log points and checkpoints."""
+        return tuple(b for b in (self.log_every, self.checkpoint_every) if b)
+
+    @classmethod
+    def names(cls) -> set[str]:
+        return {f.name for f in fields(cls)}
+
+
+@dataclass
+class Progress:
+    step: int
+    epoch: int
+    loss: float
+    examples_per_s: float
+    input_wait_fraction: float
+    total_steps: int | None
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    epochs: int
+    global_batch: int
+    replicas: int
+    seconds: float
+    examples_per_s: float
+    input_wait_fraction: float
+    verdict: verdict.Verdict
+    history: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[dict[str, float]] = field(default_factory=list)
+    gpu_utilization: list[dict[str, Any]] = field(default_factory=list)
+    final_checkpoint: str | None = None
+    resumed_from: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "steps": self.steps,
+            "epochs": self.epochs,
+            "global_batch": self.global_batch,
+            "replicas": self.replicas,
+            "seconds": round(self.seconds, 3),
+            "examples_per_s": round(self.examples_per_s, 1),
+            "input_wait_fraction": round(self.input_wait_fraction, 4),
+            "bottleneck": self.verdict.bottleneck,
+            "input_bound": self.verdict.input_bound,
+            "verdict": self.verdict.sentence(),
+            "history": self.history,
+            "timeline": self.timeline,
+            "gpu_utilization": self.gpu_utilization,
+            "final_checkpoint": self.final_checkpoint,
+            "resumed_from": self.resumed_from,
+        }

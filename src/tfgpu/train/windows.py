@@ -1,0 +1,229 @@
+"""Log windows: what the host reads from the device once per window, and the hooks run then.
+
+Both training loops (the in-graph loop and the parameter-server coordinator) dispatch executions
+without reading anything back and hand each execution's accumulators to a ``Window``. At the end
+of a window (every ``log_every`` steps, at a checkpoint, at an epoch's end) ``RunLog.close`` reads
+them (the one host-device sync of the window) and runs the same hooks for both loops: the NaN
+check, a timeline point, TensorBoard scalars, progress, and the checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfgpu import verdict
+from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.monitor import Monitor
+from tfgpu.train.options import Progress, TrainOptions, TrainResult
+
+
+@dataclass
+class Window:
+    """The executions dispatched since the last read, with the step each one started at."""
+
+    epoch: int
+    first_step: int
+    started: float = field(default_factory=time.perf_counter)
+    executions: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    steps: int = 0
+    startup_wait: float = 0.0  # the first fetch of an epoch: building buffers, not steady state
+    workers: int = 1  # executions running side by side (parameter-server workers)
+    warm_up: tuple[float, int, dict[str, Any]] | None = None
+
+    def add(
+        self, stats: dict[str, Any], *, taken: int, epoch_start: bool = False, warm_up: float | None = None
+    ) -> None:
+        """One execution's accumulators.
+
+        ``epoch_start``: its first fetch built the epoch's iterator buffers, a start-up cost left
+        out of the steady-state figures. ``warm_up``: the seconds of a first call, which traced
+        and instantiated the function; that execution is left out of them whole when the window
+        has others.
+        """
+        self.executions.append((self.first_step + self.steps, stats))
+        self.steps += taken
+        if warm_up is not None:
+            self.warm_up = (warm_up, taken, stats)
+        elif epoch_start:
+            self.startup_wait = float(stats["first_wait"])
+
+    @property
+    def last_step(self) -> int:
+        return self.first_step + self.steps
+
+
+@dataclass(frozen=True)
+class WindowFigures:
+    loss_sum: float
+    steps: int
+    wall: float  # seconds of the window, less the start-up costs (see Window.add)
+    wait: float  # seconds waiting for input, less the same
+    timed_steps: int  # the steps those seconds cover
+    raw_wall: float
+    raw_wait: float
+
+    @property
+    def loss(self) -> float:
+        return self.loss_sum / self.steps if self.steps else float("nan")
+
+
+def read(window: Window) -> WindowFigures:
+    """Read the window's accumulators (this syncs with the device); raise on a non-finite loss."""
+    loss_sum, wait = 0.0, 0.0
+    for first, stats in window.executions:
+        loss = float(stats["loss"])
+        bad = int(float(stats["first_bad"]))
+        if bad >= 0 or not math.isfinite(loss):
+            step = first + max(bad, 0) + 1
+            raise TfgpuError(
+                f"The loss became non-finite ({loss}) at step {step} "
+                f"(found when reading steps {window.first_step + 1}-{window.last_step})",
+                value=loss,
+                fix="lower the learning rate, check the data for NaN/inf, or use precision='fp32'",
+            )
+        loss_sum += loss
+        wait += float(stats["wait"])
+    # side-by-side executions wait in parallel: the share is of all workers' time
+    wait /= window.workers
+    raw_wall = time.perf_counter() - window.started
+    wall, timed, left_out = raw_wall, window.steps, window.startup_wait
+    if window.warm_up is not None:
+        seconds, taken, stats = window.warm_up
+        wall, timed, left_out = wall - seconds, timed - taken, float(stats["wait"])
+    return WindowFigures(
+        loss_sum, window.steps, max(0.0, wall - left_out), max(0.0, wait - left_out), timed, raw_wall, wait
+    )
+
+
+def _share(wait: float, wall: float) -> float:
+    return min(1.0, wait / wall) if wall > 0 else 0.0
+
+
+class RunLog:
+    """One fit's record: history, timeline, totals, TensorBoard and progress; builds the result."""
+
+    def __init__(
+        self,
+        *,
+        options: TrainOptions,
+        global_batch: int,
+        is_chief: bool,
+        total_steps: int | None,
+        on_progress: Callable[[Progress], None] | None,
+        save: Callable[[int], Any],
+    ) -> None:
+        self.options, self.global_batch, self.is_chief = options, global_batch, is_chief
+        self.total_steps, self.on_progress, self._save = total_steps, on_progress, save
+        self.history: list[dict[str, Any]] = []
+        self.timeline: list[dict[str, float]] = []
+        self.examples = 0
+        self.wait = self.wall = 0.0  # steady state: start-up costs left out
+        self.raw_wait = self.raw_wall = 0.0
+        self.epoch_loss = 0.0
+        self.epoch_steps = 0
+        self.started = time.perf_counter()
+        self.writer = _summary_writer(options.log_dir) if is_chief else None
+        self.monitor = Monitor() if options.monitor_gpus else None
+
+    def __enter__(self) -> RunLog:
+        if self.monitor:
+            self.monitor.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.monitor:
+            self.monitor.stop()
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self, window: Window) -> None:
+        """The end of a window: read it, then the hooks (timeline, TensorBoard, progress, checkpoint)."""
+        if not window.steps:
+            return
+        figures = read(window)
+        self.examples += figures.steps * self.global_batch
+        self.raw_wait += figures.raw_wait
+        self.raw_wall += figures.raw_wall
+        if figures.timed_steps:
+            self.wait += figures.wait
+            self.wall += figures.wall
+            steps, wall, wait = figures.timed_steps, figures.wall, figures.wait
+        else:  # a window that was all start-up: its point shows it as it was
+            steps, wall, wait = figures.steps, figures.raw_wall, figures.raw_wait
+        self.epoch_loss += figures.loss_sum
+        self.epoch_steps += figures.steps
+        step = window.last_step
+        rate = steps * self.global_batch / max(wall, 1e-9)
+        point = {
+            "t": round(time.perf_counter() - self.started, 4),
+            "step": step,
+            "loss": figures.loss,
+            "examples_per_s": round(rate, 2),
+            "input_wait": round(_share(wait, wall), 4),
+        }
+        self.timeline.append(point)
+        if self.writer is not None:
+            import tensorflow as tf
+
+            with self.writer.as_default(step=step):
+                tf.summary.scalar("loss", figures.loss)
+                tf.summary.scalar("examples_per_s", rate)
+                tf.summary.scalar("input_wait_fraction", point["input_wait"])
+        if self.on_progress and self.is_chief:
+            self.on_progress(
+                Progress(step, window.epoch, figures.loss, rate, self.wait_fraction, self.total_steps)
+            )
+        every = self.options.checkpoint_every
+        if every and step // every > window.first_step // every:
+            self._save(step)
+
+    def end_epoch(self, epoch: int, extra: dict[str, Any]) -> None:
+        loss = self.epoch_loss / self.epoch_steps if self.epoch_steps else float("nan")
+        self.history.append({"epoch": epoch + 1, "loss": loss, "steps": self.epoch_steps, **extra})
+        self.epoch_loss, self.epoch_steps = 0.0, 0
+
+    @property
+    def wait_fraction(self) -> float:
+        """Input wait over the steady state; over everything when the run was all start-up."""
+        return _share(self.wait, self.wall) if self.wall > 0 else _share(self.raw_wait, self.raw_wall)
+
+    def result(
+        self, *, steps: int, epochs: int, replicas: int, final: str | None, resumed: str | None
+    ) -> TrainResult:
+        elapsed = time.perf_counter() - self.started
+        share = self.wait_fraction
+        return TrainResult(
+            steps=steps,
+            epochs=epochs,
+            global_batch=self.global_batch,
+            replicas=replicas,
+            seconds=elapsed,
+            examples_per_s=self.examples / max(elapsed, 1e-9),
+            input_wait_fraction=share,
+            verdict=verdict.verdict(input_wait_fraction=share),
+            history=self.history,
+            timeline=self.timeline,
+            gpu_utilization=self.monitor.to_list() if self.monitor else [],
+            final_checkpoint=final,
+            resumed_from=resumed,
+        )
+
+
+def _summary_writer(log_dir: str | None) -> Any:
+    if not log_dir:
+        return None
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "log_dir needs TensorBoard, which TensorFlow 2.21 no longer installs",
+            value=log_dir,
+            fix="pip install tensorboard",
+        ) from None
+    import tensorflow as tf
+
+    return tf.summary.create_file_writer(log_dir)
