@@ -350,6 +350,13 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
         trainer.fit(epochs=2)
         assert_same_weights(trainer.model.get_weights(), reference.model.get_weights())
         assert trainer.evaluate()["examples"] == 1001
+    # stopped mid-epoch and continued: the same iterator goes on, the same run
+    split = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
+    split.fit(steps=5)
+    live = split._inputs["train"]._live[0]
+    split.fit(steps=2 * (1001 // GLOBAL))
+    assert split._inputs["train"]._live[0] is live
+    assert_same_weights(split.model.get_weights(), reference.model.get_weights())
     # killed after epoch 1 and resumed: the epoch-seeded order makes it the same run
     first = tfgpu.Trainer(
         _array_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=str(tmp_path)
@@ -369,7 +376,9 @@ def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
         source = Input(
             task.train_data, task=task, training=True, global_batch=100, strategy=None, direct=True
         )
-        return next(source.iterator(epoch))[1].numpy().tolist()
+        iterator, skip = source.iterator(epoch)
+        assert skip == 0
+        return next(iterator)[1].numpy().tolist()
 
     shuffled = _array_task(100)
     assert first_labels(shuffled, 0) != first_labels(shuffled, 1)

@@ -7,8 +7,8 @@ the host. What the host needs (loss, a NaN check, the input wait) is accumulated
 read once per log window:
 
 - ``loss``: the sum of the step losses of the execution;
-- ``first_bad``: the index (within the execution) of the first non-finite loss, or -1, kept in
-  float arithmetic on the device so the check costs no device-to-host copy per step;
+- ``first_bad``: the index (within the execution) of the first non-finite loss, or -1, counted
+  in float arithmetic on the device so the check costs no device-to-host copy per step;
 - ``wait`` / ``first_wait``: seconds spent in ``get_next`` (host timestamps taken in the graph
   around it), all of them and the first one, which at the start of an epoch is start-up cost.
 """
@@ -92,16 +92,18 @@ def train_execution(strategy: Any, replica_step: Callable[..., Any]) -> Callable
     import tensorflow as tf
 
     def body(batch: Any, state: Any, index: Any) -> Any:
-        total, first_bad = state
+        total, finite = state
         per_replica = strategy.run(replica_step, args=tuple(batch))
-        loss = tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None), tf.float32)
-        bad = tf.logical_and(tf.logical_not(tf.math.is_finite(loss)), first_bad < 0)
-        return total + loss, tf.where(bad, tf.cast(index, tf.float32), first_bad)
+        total += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None), tf.float32)
+        # the running sum stays non-finite from the first non-finite loss on: counting the steps
+        # it was finite names that step
+        return total, finite + tf.cast(tf.math.is_finite(total), tf.float32)
 
     @tf.function
     def execute(iterator: Any, limit: Any) -> dict[str, Any]:
-        out = in_graph_loop(iterator, limit, body, (tf.constant(0.0), tf.constant(-1.0)))
-        total, first_bad = out.pop("state")
+        out = in_graph_loop(iterator, limit, body, (tf.constant(0.0), tf.constant(0.0)))
+        total, finite = out.pop("state")
+        first_bad = tf.where(tf.math.is_finite(total), tf.constant(-1.0), finite)
         return {**out, "loss": total, "first_bad": first_bad}
 
     return execute

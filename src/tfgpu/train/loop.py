@@ -282,22 +282,31 @@ class Trainer:
         return self._finish(run)
 
     def _train_epoch(self, run: RunLog, steps: int | None) -> bool:
-        """Train until the data runs out (True) or ``steps`` is reached (False)."""
+        """Train until the epoch's data runs out (True) or ``steps`` is reached (False)."""
         epoch = self._counters["epoch"]
         if "train" not in self._inputs:
             self._inputs["train"] = self._input(self.task.train_data, training=True)
-        iterator = self._inputs["train"].iterator(epoch)
-        skip = self._counters["epoch_step"]
+        source = self._inputs["train"]
+        iterator, skip = source.iterator(epoch, self._counters["epoch_step"])
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
             self._function("skip")(iterator, self._constant(skip))
+        try:
+            return self._train_steps(run, iterator, steps, per_epoch=source.steps_per_epoch)
+        finally:
+            source.stopped_at(iterator, epoch, self._counters["epoch_step"])
+
+    def _train_steps(self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None) -> bool:
+        epoch = self._counters["epoch"]
         execute = self._function("train")
         window = Window(epoch, self._counters["step"])
         epoch_start = True
         while True:
             limit = self._limit(steps)
-            if limit <= 0:
+            if per_epoch is not None:
+                limit = min(limit, per_epoch - self._counters["epoch_step"])
+            if limit <= 0:  # ``steps`` reached, or resumed at the very end of an epoch
                 run.close(window)
-                return False
+                return per_epoch is not None and self._counters["epoch_step"] >= per_epoch
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
             taken = int(stats["steps"])  # a host-side counter: reading it does not wait for the device
@@ -305,7 +314,7 @@ class Trainer:
             window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
             epoch_start, self._warm = False, True
             self._advance(taken)
-            ended = taken < limit
+            ended = taken < limit or self._counters["epoch_step"] == per_epoch
             if ended or self._at_boundary() or self._counters["step"] == steps:
                 run.close(window)
                 window = Window(epoch, self._counters["step"])
@@ -350,7 +359,8 @@ class Trainer:
             source = self._inputs["eval"]
         else:
             source = self._input(data, training=False)
-        sums = {k: float(v) for k, v in self._function("eval")(source.iterator(0)).items()}
+        iterator, _ = source.iterator(0)
+        sums = {k: float(v) for k, v in self._function("eval")(iterator).items()}
         count = sums.pop("count", 0.0)
         return {"examples": count, **{k: v / count for k, v in sums.items()}} if count else {"examples": 0.0}
 

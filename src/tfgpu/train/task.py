@@ -83,6 +83,8 @@ def per_example_loss(task: Task) -> Callable[[Any, Any], Any]:
 
     def reduce(values: Any) -> Any:
         values = tf.cast(values, tf.float32)
+        if values.shape.rank == 1:  # one value per example already (most losses): no ops to add
+            return values
         return tf.reduce_mean(tf.reshape(values, [tf.shape(values)[0], -1]), axis=-1)
 
     name = task.loss
