@@ -98,6 +98,19 @@ def test_replicas_equal_the_single_device_loop(files, tmp_path, replicas):
     np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(("replicas", "per_call"), [(1, 1), (1, 5), (2, 3)])
+def test_several_batches_per_call_keep_every_row(files, tmp_path, replicas, per_call, clean_choices):
+    """16 batches of 64 (the last padded) taken 1, 3 or 5 per compiled call: the same rows."""
+    from tfgpu import choices
+
+    result = run(files, files["root"] / "x.npy", tmp_path / "o", replicas, steps_per_execution=per_call)
+    assert result.predicted_rows == 1001
+    assert choices.as_dict()["predict.steps_per_execution"] == {"value": str(per_call), "reason": "asked for"}
+    out = read_output(tmp_path / "o")
+    assert np.array_equal(out["row_id"], np.arange(1001))
+    np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
+
+
 def test_any_order_reads_from_a_dataset_keep_input_order(files, tmp_path):
     run(files, files["root"] / "ds", tmp_path / "o", 3, deterministic=False)
     out = read_output(tmp_path / "o")

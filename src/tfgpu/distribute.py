@@ -172,3 +172,23 @@ def local_strategy(*, record_as: str = "strategy") -> Any:
     built = _build(picked, None, serve=False)
     choices.record(record_as, f"{DISPLAY[picked.kind]} x{built.num_replicas_in_sync}", picked.reason)
     return built
+
+
+def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
+    """(the devices the replicas run on, whether the strategy is TensorFlow's default one).
+
+    The default strategy has no ``worker_devices`` (it raises): its one replica runs on the
+    default device, the first GPU if there is one.
+    """
+    import tensorflow as tf
+
+    try:
+        return tuple(strategy.extended.worker_devices), False
+    except (RuntimeError, AttributeError, NotImplementedError):
+        gpus = tf.config.list_logical_devices("GPU")
+        return ((gpus[0].name if gpus else "/device:CPU:0"),), True
+
+
+def on_host_cpu(devices: tuple[str, ...]) -> bool:
+    """True when every replica runs on a CPU device: input needs no copy to the device there."""
+    return all("CPU" in d.upper() for d in devices)

@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="read input files in parallel in any order (output stays in input order)",
     )
+    p.add_argument(
+        "--steps-per-execution",
+        type=int,
+        help="batches per compiled call, taken from the iterator inside the graph (default: about 32k rows)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -54,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
         bucket_by=args.bucket_by,
         rows_per_shard=args.rows_per_shard,
         deterministic=not args.any_order,
+        steps_per_execution=args.steps_per_execution,
     )
     with progress("predict") as update:
         result = predict(args.model, args.input, args.output, options=options, on_progress=update)

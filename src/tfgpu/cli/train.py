@@ -9,6 +9,7 @@ import time
 
 from tfgpu.cli import _common
 from tfgpu.errors import InputError
+from tfgpu.train.options import DEFAULT_LOG_EVERY
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +24,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--xla", action="store_true", help="compile the training step with XLA")
     p.add_argument(
-        "--steps-per-execution", type=int, default=1, help="steps per tf.function call (default 1)"
+        "--steps-per-execution",
+        type=int,
+        help="steps per compiled call, taken from the iterator inside the graph (default: --log-every)",
+    )
+    p.add_argument(
+        "--log-every",
+        type=int,
+        default=DEFAULT_LOG_EVERY,
+        help=f"read loss, input wait and the NaN check from the device every N steps (default {DEFAULT_LOG_EVERY})",
     )
     p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
@@ -74,15 +83,15 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.batch_size:
         task = dataclasses.replace(task, batch_size=args.batch_size)
-    trainer = tfgpu.Trainer(
-        task,
+    options = tfgpu.TrainOptions(
         steps_per_execution=args.steps_per_execution,
+        log_every=args.log_every,
         jit_compile=args.xla,
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
         log_dir=args.log_dir,
-        on_progress=_progress_printer(args.json),
     )
+    trainer = tfgpu.Trainer(task, options=options, on_progress=_progress_printer(args.json))
     result = trainer.fit(epochs=None if args.steps else (args.epochs or 1), steps=args.steps)
     summary = {**result.to_dict(), "choices": choices.as_dict()}
     if not trainer.is_chief:

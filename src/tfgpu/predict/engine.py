@@ -28,6 +28,7 @@ from tfgpu.predict.inputs import InputSource, open_input
 from tfgpu.predict.models import Predictor, load_predictor
 
 PARTS = "_parts"
+ROWS_PER_CALL = 32_768  # the automatic steps_per_execution: a few ms of work per call on a GPU
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,18 @@ class PredictOptions:
     rows_per_shard: int = 100_000
     deterministic: bool = True  # False: parallel reads in any order (ids keep the output ordered)
     wait_for_parts_s: float = 3600.0
+    steps_per_execution: int | None = None  # batches per compiled call; None: about 32k rows a call
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1 or self.rows_per_shard < 1:
+        if self.batch_size < 1 or self.rows_per_shard < 1 or (self.steps_per_execution or 1) < 1:
             raise ConfigError(
-                "batch_size and rows_per_shard must be at least 1",
-                value=(self.batch_size, self.rows_per_shard),
+                "batch_size, rows_per_shard and steps_per_execution must be at least 1",
+                value=(self.batch_size, self.rows_per_shard, self.steps_per_execution),
                 fix="pass e.g. --batch-size 256",
             )
+
+    def batches_per_call(self, batch: int) -> int:
+        return self.steps_per_execution or max(1, min(32, ROWS_PER_CALL // batch))
         if self.fmt not in writers.FORMATS:
             raise ConfigError(
                 "Unknown output format", value=self.fmt, fix=f"use one of {', '.join(writers.FORMATS)}"
@@ -243,6 +248,8 @@ def predict(
     INPUT is a path ``open_input`` reads, or an InputSource (``tfgpu.estimator`` passes the rows
     of an input_fn). ``model_description`` replaces the model path in the output manifest.
     """
+    import tensorflow as tf
+
     out = check_output_directory(output, command="tfgpu predict")
     options = options or PredictOptions()
     strategy = strategy or distribute.local_strategy(record_as="predict.strategy")
@@ -267,13 +274,31 @@ def predict(
     started = time.perf_counter()
     if first < stop:
         ds = _dataset(source, predictor, mapping, start=first, stop=stop, batch=batch, options=options)
-        # one replica takes the batches as they are: the distributed iterator costs ~20% there
+        specs = _output_specs(predictor, ds.element_spec[1])
+        per_call, why = options.batches_per_call(batch), "asked for"
+        if not options.steps_per_execution:
+            why = f"about {ROWS_PER_CALL:,} rows per compiled call"
+        if any(None in v.shape[1:] for v in specs.values()):  # batches' outputs cannot be joined
+            per_call, why = 1, "outputs of variable shape"
+        choices.record("predict.steps_per_execution", per_call, why)
+        devices, _ = distribute.replica_devices(strategy)
+        # one replica on the host CPU takes the batches as they are (the distributed iterator
+        # costs ~20% there); elsewhere it copies each batch to its device ahead of the step
+        direct = replicas == 1 and distribute.on_host_cpu(devices)
+        if direct:
+            iterator = iter(ds)
+        elif replicas == 1:
+            iterator = iter(tf.distribute.OneDeviceStrategy(devices[0]).experimental_distribute_dataset(ds))
+        else:
+            iterator = iter(strategy.experimental_distribute_dataset(ds))
         _run(
             strategy,
             predictor,
-            iter(strategy.experimental_distribute_dataset(ds) if replicas > 1 else ds),
+            iterator,
             sink,
             lambda: on_progress(sink.next_row - start, stop - start) if on_progress else None,
+            per_call=per_call,
+            outputs=specs,
         )
     sink.finish()
     seconds = time.perf_counter() - started
@@ -310,43 +335,71 @@ def predict(
     )
 
 
+def _output_specs(predictor: Predictor, features: Any) -> dict[str, Any]:
+    """name -> TensorSpec of each output, from a trace of the model on the input's spec."""
+    import tensorflow as tf
+
+    traced = tf.function(predictor.call, autograph=False).get_concrete_function(features)
+    return dict(traced.structured_outputs)
+
+
 def _run(
     strategy: Any,
     predictor: Predictor,
     iterator: Any,
     sink: writers.OrderedShards,
     progress: Callable[[], None],
+    *,
+    per_call: int,
+    outputs: dict[str, Any],
 ) -> None:
     """Predict every batch of ``iterator`` into ``sink``.
 
-    The next batch is taken inside the compiled step, as Keras' predict does, so no Python-side
-    iterator call sits between steps. A background thread moves the outputs to host memory,
-    reorders them and writes the shards while the devices compute the next batch. The queue
-    between the two holds a few batches, so memory stays bounded.
+    Each compiled call takes up to ``per_call`` batches from the iterator inside the graph
+    (``ingraph.in_graph_loop``) and returns their ids and outputs concatenated, still on the
+    device. The host does not read them: a background thread moves them to host memory, reorders
+    them and writes the shards while the devices compute the next call. The queue between the two
+    holds a few calls, so memory stays bounded.
     """
     import tensorflow as tf
 
-    @tf.function(autograph=False)
-    def step() -> Any:  # the iterator is captured: no per-call argument matching
-        ids, features = next(iterator)
-        return strategy.run(lambda i, f: (i, predictor.call(f)), args=(ids, features))
+    from tfgpu.ingraph import in_graph_loop
 
-    def to_host(out_ids: Any, outputs: Any) -> None:
-        local_ids = np.concatenate([t.numpy() for t in strategy.experimental_local_results(out_ids)])
-        local = {
-            k: np.concatenate([t.numpy() for t in strategy.experimental_local_results(v)])
-            for k, v in outputs.items()
+    def local(value: Any) -> Any:  # every replica's rows of one batch, in one tensor
+        parts = strategy.experimental_local_results(value)
+        return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+
+    def body(batch: Any, arrays: Any, index: Any) -> Any:
+        ids, features = batch
+        out_ids, out = strategy.run(lambda i, f: (i, predictor.call(f)), args=(ids, features))
+        ids_array, out_arrays = arrays
+        return ids_array.write(index, local(out_ids)), {
+            k: a.write(index, local(out[k])) for k, a in out_arrays.items()
         }
-        sink.add(local_ids, local)
+
+    def empty(dtype: Any, shape: Any) -> Any:
+        return tf.TensorArray(
+            dtype, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, *shape[1:]])
+        )
+
+    @tf.function(autograph=False)
+    def call() -> Any:  # the iterator is captured: no per-call argument matching
+        arrays = (empty(tf.int64, [None]), {k: empty(v.dtype, v.shape) for k, v in outputs.items()})
+        out = in_graph_loop(iterator, per_call, body, arrays)
+        ids_array, out_arrays = out["state"]
+        return out["steps"], ids_array.concat(), {k: a.concat() for k, a in out_arrays.items()}
+
+    def to_host(ids: Any, values: Any) -> None:
+        sink.add(ids.numpy(), {k: v.numpy() for k, v in values.items()})
         progress()
 
     with writers.Background(to_host, depth=4) as background:
         while True:
-            try:
-                out = step()
-            except (tf.errors.OutOfRangeError, StopIteration):
+            taken, ids, values = call()
+            if int(taken):  # a host-side counter: reading it does not wait for the device
+                background.put(ids, values)
+            if int(taken) < per_call:
                 break
-            background.put(*out)
 
 
 def _columns_from(out: Path, options: PredictOptions) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfgpu import choices, cluster
+from tfgpu import choices, cluster, distribute
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import execution, inputs
 from tfgpu.train.checkpoints import Checkpoints
@@ -44,21 +44,6 @@ def _is_ps(strategy: Any) -> bool:
     import tensorflow as tf
 
     return isinstance(strategy, tf.distribute.ParameterServerStrategy)
-
-
-def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
-    """(the devices the replicas run on, whether the strategy is TensorFlow's default one).
-
-    The default strategy has no ``worker_devices`` (it raises): its one replica runs on the
-    default device, the first GPU if there is one.
-    """
-    import tensorflow as tf
-
-    try:
-        return tuple(strategy.extended.worker_devices), False
-    except (RuntimeError, AttributeError, NotImplementedError):
-        gpus = tf.config.list_logical_devices("GPU")
-        return ((gpus[0].name if gpus else "/device:CPU:0"),), True
 
 
 class Trainer:
@@ -92,8 +77,8 @@ class Trainer:
 
         self.strategy = strategy if strategy is not None else tfgpu.strategy()
         self.replicas = int(self.strategy.num_replicas_in_sync)
-        devices, default = replica_devices(self.strategy)
-        on_cpu = all("CPU" in d.upper() for d in devices)
+        devices, default = distribute.replica_devices(self.strategy)
+        on_cpu = distribute.on_host_cpu(devices)
         if self.options.jit_compile and len(devices) > 1 and on_cpu:
             raise ConfigError(
                 "XLA cannot compile a step replicated over logical CPU devices (they share one XLA CPU device)",

@@ -1,0 +1,47 @@
+"""The in-graph loop shared by training, evaluation and prediction.
+
+A step per Python call costs a GPU: the host spends the call's overhead while the device waits,
+and reading a result each step syncs the two. Here the iterator goes into the ``tf.function`` and
+a ``tf.while_loop`` takes up to ``limit`` batches from it, the shape of orbit's in-graph loop and
+of Keras at ``steps_per_execution`` > 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+def in_graph_loop(
+    iterator: Any, limit: Any, body: Callable[[Any, Any, Any], Any], state: Any
+) -> dict[str, Any]:
+    """Run ``state = body(batch, state, index)`` for up to ``limit`` batches of ``iterator``, in the graph.
+
+    Each next batch is fetched as an optional at the end of the previous step (never past
+    ``limit``, so no batch is lost between executions), and the loop stops when the iterator is
+    exhausted: under a multi-worker strategy the distributed iterator agrees on that across
+    workers. Returns the batches taken, the input wait and the final state.
+    """
+    import tensorflow as tf
+
+    def fetch() -> tuple[Any, Any]:
+        before = tf.timestamp()
+        with tf.control_dependencies([before]):
+            optional = iterator.get_next_as_optional()
+            has = optional.has_value()
+        with tf.control_dependencies([has]):
+            return optional, tf.timestamp() - before
+
+    first, first_wait = fetch()
+
+    def more(done: Any, optional: Any, wait: Any, state: Any) -> Any:
+        return tf.logical_and(done < limit, optional.has_value())
+
+    def step(done: Any, optional: Any, wait: Any, state: Any) -> Any:
+        state = body(optional.get_value(), state, done)
+        done += 1
+        optional, waited = tf.cond(done < limit, fetch, lambda: (optional, tf.constant(0.0, tf.float64)))
+        return done, optional, wait + waited, state
+
+    done, _, wait, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), first, first_wait, state))
+    return {"steps": done, "wait": wait, "first_wait": first_wait, "state": state}
