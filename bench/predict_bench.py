@@ -51,19 +51,11 @@ def build(root: Path, rows: int) -> tuple[Path, Path]:
 
 
 def run_tfgpu(model_path: Path, data_path: Path, out: Path) -> None:
-    """tfgpu predict on one device, into a fresh output directory."""
-    import tensorflow as tf
-
+    """tfgpu predict on the strategy it picks (one device here: the GPU, or the CPU), into a fresh output directory."""
     from tfgpu.predict import PredictOptions, predict
 
     shutil.rmtree(out, ignore_errors=True)
-    predict(
-        str(model_path),
-        str(data_path),
-        str(out),
-        options=PredictOptions(batch_size=BATCH),
-        strategy=tf.distribute.OneDeviceStrategy("/cpu:0"),
-    )
+    predict(str(model_path), str(data_path), str(out), options=PredictOptions(batch_size=BATCH))
 
 
 class RssSampler:

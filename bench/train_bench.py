@@ -6,12 +6,9 @@ Three models, data given the natural way, from arrays in memory:
 - a tiny MLP (16 wide, batch 32), where per-step host overhead dominates;
 - a small conv model (32x32x3, conv 16-32, batch 64).
 
-Per model: Keras ``model.fit(x, y)``; ``tfgpu.Trainer`` with ``train_data=(x, y)``; and the bare
-in-graph loop a TensorFlow expert writes (``from_tensor_slices(...).batch().prefetch()`` built once,
-the next batch taken inside one ``tf.function`` over ``tf.range``, the loss read once per epoch).
-Examples/s, median of interleaved rounds (see _common.interleaved_rates); each run trains EPOCHS
-epochs from the start, as a user's ``fit(epochs=N)`` does (the bare loop takes a new iterator per
-epoch, as its author would).
+Per model: Keras ``model.fit(x, y)``, ``tfgpu.Trainer`` with ``train_data=(x, y)`` and the bare
+in-graph loop (see _loops). Examples/s, median of interleaved rounds (see
+_common.interleaved_rates); each run trains EPOCHS epochs from the start.
 
 Run: make bench-train   (or .venv/bin/python bench/train_bench.py [--repeats 5])
 """
@@ -20,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -31,6 +29,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from _common import interleaved_rates, save, table  # noqa: E402
+from _loops import bare_loop, keras_fit, tfgpu_fit  # noqa: E402
 
 rng = np.random.default_rng(0)
 EPOCHS = 3
@@ -73,77 +72,6 @@ def conv() -> keras.Model:
     )
 
 
-def keras_fit(strategy: tf.distribute.Strategy, name: str, *, spe: int = 1):
-    build, batch, (x, y) = MODELS[name]
-    with strategy.scope():
-        model = build()
-        model.compile(
-            optimizer=keras.optimizers.Adam(1e-3),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            steps_per_execution=spe,
-            jit_compile=False,
-        )
-
-    def run() -> int:
-        model.fit(x, y, batch_size=batch, epochs=EPOCHS, verbose=0)
-        return EPOCHS * len(x)
-
-    return run
-
-
-def tfgpu_fit(strategy: tf.distribute.Strategy, name: str, *, spe: int | None = None):
-    build, batch, (x, y) = MODELS[name]
-    task = tfgpu.Task(
-        model=build,
-        loss="sparse_categorical_crossentropy",
-        from_logits=True,
-        train_data=(x, y),
-        batch_size=batch // strategy.num_replicas_in_sync,
-        learning_rate=1e-3,
-    )
-    trainer = tfgpu.Trainer(task, strategy=strategy, steps_per_execution=spe, monitor_gpus=False)
-
-    def run() -> int:
-        trainer.reset_epochs()
-        result = trainer.fit(epochs=EPOCHS)
-        return sum(h["steps"] for h in result.history) * batch
-
-    return run
-
-
-def bare_loop(name: str):
-    """The leanest loop: next batch inside the tf.function, the loss read once per epoch."""
-    build, batch, (x, y) = MODELS[name]
-    model = build()
-    optimizer = keras.optimizers.Adam(1e-3)
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-    dataset = (
-        tf.data.Dataset.from_tensor_slices((x, y))
-        .batch(batch, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    steps = len(x) // batch
-
-    @tf.function
-    def epoch(iterator):
-        total = tf.constant(0.0)
-        for _ in tf.range(steps):
-            xb, yb = next(iterator)
-            with tf.GradientTape() as tape:
-                loss = loss_fn(yb, model(xb, training=True))
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            total += loss
-        return total
-
-    def run() -> int:
-        for _ in range(EPOCHS):
-            float(epoch(iter(dataset)))
-        return EPOCHS * steps * batch
-
-    return run
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
@@ -152,15 +80,20 @@ def main() -> None:
     two = tf.distribute.MirroredStrategy(
         ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
     )
+
+    def model(name: str) -> tuple[Any, ...]:
+        build, batch, (x, y) = MODELS[name]
+        return build, batch, x, y
+
     variants = {}
     for name in MODELS:
-        variants[f"{name}: keras fit"] = keras_fit(one, name)
-        variants[f"{name}: tfgpu"] = tfgpu_fit(one, name)
-        variants[f"{name}: bare in-graph loop"] = bare_loop(name)
-    variants["mlp512 mirrored x2: keras fit"] = keras_fit(two, "mlp512")
-    variants["mlp512 mirrored x2: tfgpu"] = tfgpu_fit(two, "mlp512")
-    variants["tiny spe=8: keras fit"] = keras_fit(one, "tiny", spe=8)
-    variants["tiny spe=8: tfgpu"] = tfgpu_fit(one, "tiny", spe=8)
+        variants[f"{name}: keras fit"] = keras_fit(one, *model(name), epochs=EPOCHS)
+        variants[f"{name}: tfgpu"] = tfgpu_fit(one, *model(name), epochs=EPOCHS)
+        variants[f"{name}: bare in-graph loop"] = bare_loop(one, *model(name), epochs=EPOCHS)
+    variants["mlp512 mirrored x2: keras fit"] = keras_fit(two, *model("mlp512"), epochs=EPOCHS)
+    variants["mlp512 mirrored x2: tfgpu"] = tfgpu_fit(two, *model("mlp512"), epochs=EPOCHS)
+    variants["tiny spe=8: keras fit"] = keras_fit(one, *model("tiny"), epochs=EPOCHS, spe=8)
+    variants["tiny spe=8: tfgpu"] = tfgpu_fit(one, *model("tiny"), epochs=EPOCHS, spe=8)
     rates = interleaved_rates(variants, rounds=args.repeats)
     rows = [
         {"run": name, "examples_per_s": r["median"], "min": r["min"], "max": r["max"]}

@@ -1,0 +1,113 @@
+"""The training loops the benchmarks compare, on arrays in memory (the natural way to give data).
+
+Each builder returns ``run() -> examples trained``, for ``_common.interleaved_rates``:
+
+- ``keras_fit``: ``model.fit(x, y)`` at a given ``steps_per_execution``;
+- ``tfgpu_fit``: ``tfgpu.Trainer`` with ``train_data=(x, y)``;
+- ``bare_loop``: the leanest loop a TensorFlow expert writes: ``from_tensor_slices(...).batch()
+  .prefetch()`` built once, the next batch taken inside one ``tf.function`` over ``tf.range``,
+  the loss read once per epoch (a new iterator per epoch).
+
+Each run trains ``epochs`` epochs from the start, as a user's ``fit(epochs=N)`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfgpu
+
+
+def keras_fit(
+    strategy: Any,
+    build: Callable[[], Any],
+    batch: int,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    spe: int = 1,
+):
+    with strategy.scope():
+        model = build()
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            steps_per_execution=spe,
+            jit_compile=False,
+        )
+
+    def run() -> int:
+        model.fit(x, y, batch_size=batch, epochs=epochs, verbose=0)
+        return epochs * len(x)
+
+    return run
+
+
+def tfgpu_fit(
+    strategy: Any,
+    build: Callable[[], Any],
+    batch: int,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    epochs: int,
+    spe: int | None = None,
+):
+    task = tfgpu.Task(
+        model=build,
+        loss="sparse_categorical_crossentropy",
+        from_logits=True,
+        train_data=(x, y),
+        batch_size=batch // strategy.num_replicas_in_sync,
+        learning_rate=1e-3,
+    )
+    trainer = tfgpu.Trainer(task, strategy=strategy, steps_per_execution=spe, monitor_gpus=False)
+
+    def run() -> int:
+        trainer.reset_epochs()
+        result = trainer.fit(epochs=epochs)
+        return sum(h["steps"] for h in result.history) * batch
+
+    return run
+
+
+def bare_loop(
+    strategy: Any, build: Callable[[], Any], batch: int, x: np.ndarray, y: np.ndarray, *, epochs: int
+):
+    """The leanest loop: next batch inside the tf.function, the loss read once per epoch."""
+    with strategy.scope():
+        model = build()
+        optimizer = keras.optimizers.Adam(1e-3)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .batch(batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    steps = len(x) // batch
+
+    @tf.function
+    def epoch(iterator: Any) -> Any:
+        total = tf.constant(0.0)
+        for _ in tf.range(steps):
+            xb, yb = next(iterator)
+            with tf.GradientTape() as tape:
+                loss = loss_fn(yb, model(xb, training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            total += loss
+        return total
+
+    def run() -> int:
+        with strategy.scope():
+            for _ in range(epochs):
+                float(epoch(iter(dataset)))
+        return epochs * steps * batch
+
+    return run
