@@ -77,13 +77,13 @@ def tfgpu_fit(
     return run
 
 
-def bare_loop(
-    strategy: Any, build: Callable[[], Any], batch: int, x: np.ndarray, y: np.ndarray, *, epochs: int
-):
-    """The leanest loop: next batch inside the tf.function, the loss read once per epoch."""
-    with strategy.scope():
-        model = build()
-        optimizer = keras.optimizers.Adam(1e-3)
+def bare_loop(build: Callable[[], Any], batch: int, x: np.ndarray, y: np.ndarray, *, epochs: int):
+    """The leanest loop: next batch inside the tf.function, the loss read once per epoch.
+
+    No strategy: the model lives on TensorFlow's default device (the first GPU, or the CPU).
+    """
+    model = build()
+    optimizer = keras.optimizers.Adam(1e-3)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     dataset = (
         tf.data.Dataset.from_tensor_slices((x, y))
@@ -105,9 +105,8 @@ def bare_loop(
         return total
 
     def run() -> int:
-        with strategy.scope():
-            for _ in range(epochs):
-                float(epoch(iter(dataset)))
+        for _ in range(epochs):
+            float(epoch(iter(dataset)))
         return epochs * steps * batch
 
     return run

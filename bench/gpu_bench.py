@@ -112,7 +112,7 @@ def main() -> None:
         common = (one, build, batch, x, y)
         variants[f"{name}: keras fit"] = keras_fit(*common, epochs=EPOCHS)
         variants[f"{name}: tfgpu"] = tfgpu_fit(*common, epochs=EPOCHS)
-        variants[f"{name}: bare in-graph loop"] = bare_loop(*common, epochs=EPOCHS)
+        variants[f"{name}: bare in-graph loop"] = bare_loop(*common[1:], epochs=EPOCHS)
         if name == "mlp":
             variants[f"{name} spe=8: keras fit"] = keras_fit(*common, epochs=EPOCHS, spe=8)
             variants[f"{name} spe=8: tfgpu"] = tfgpu_fit(*common, epochs=EPOCHS, spe=8)

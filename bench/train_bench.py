@@ -89,7 +89,7 @@ def main() -> None:
     for name in MODELS:
         variants[f"{name}: keras fit"] = keras_fit(one, *model(name), epochs=EPOCHS)
         variants[f"{name}: tfgpu"] = tfgpu_fit(one, *model(name), epochs=EPOCHS)
-        variants[f"{name}: bare in-graph loop"] = bare_loop(one, *model(name), epochs=EPOCHS)
+        variants[f"{name}: bare in-graph loop"] = bare_loop(*model(name), epochs=EPOCHS)
     variants["mlp512 mirrored x2: keras fit"] = keras_fit(two, *model("mlp512"), epochs=EPOCHS)
     variants["mlp512 mirrored x2: tfgpu"] = tfgpu_fit(two, *model("mlp512"), epochs=EPOCHS)
     variants["tiny spe=8: keras fit"] = keras_fit(one, *model("tiny"), epochs=EPOCHS, spe=8)

@@ -117,6 +117,7 @@ class Input:
         if self.steps_per_epoch is not None:  # one dataset over all epochs, from ``epoch`` on
             if self._live is not None and self._live[1:] == (epoch, step):
                 return self._live[0], 0
+            self._live = None  # the old iterator (and its prefetch threads) goes first
             self._first_epoch.assign(epoch)  # read when the iterator starts
             if self._built is None:
                 self._built = self._build(epoch)
