@@ -324,3 +324,13 @@ def test_npy_rows_read_by_tensorflow_equal_numpy_slices(tmp_path):
             np.testing.assert_array_equal(rows, data[start:stop])
             if batch:
                 assert [len(i) for i, _ in parts][:-1] == [batch] * (len(parts) - 1)
+
+
+def test_one_replica_off_the_host_reads_through_the_distributed_iterator(files, tmp_path, monkeypatch):
+    from tfgpu import distribute
+
+    monkeypatch.setattr(distribute, "on_host_cpu", lambda devices: False)
+    run(files, files["root"] / "x.npy", tmp_path / "o", 1, steps_per_execution=4)
+    out = read_output(tmp_path / "o")
+    assert np.array_equal(out["row_id"], np.arange(1001))
+    np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)

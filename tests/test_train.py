@@ -427,3 +427,16 @@ def test_input_wait_is_measured_inside_the_graph():
     result = tfgpu.Trainer(slow_task(), strategy=strategy(1), monitor_gpus=False, log_every=5).fit(steps=15)
     assert result.input_wait_fraction > 0.5 and result.verdict.input_bound == "highly"
     assert all(p["input_wait"] > 0.5 for p in result.timeline[1:])  # the first one traced the step
+
+
+def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single, monkeypatch):
+    """A GPU replica gets batches fetched to its device: the path runs here by calling CPU:0 a device."""
+    from tfgpu import distribute
+
+    monkeypatch.setattr(distribute, "on_host_cpu", lambda devices: False)
+    for chosen in (strategy(1), tf.distribute.get_strategy()):
+        trainer = tfgpu.Trainer(make_task(GLOBAL), strategy=chosen, monitor_gpus=False)
+        assert not trainer._direct
+        trainer.fit(steps=STEPS)
+        assert_same_weights(trainer.model.get_weights(), single["weights"])
+        assert trainer.evaluate()["examples"] == 1001
