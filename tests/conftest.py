@@ -34,7 +34,7 @@ def clean_choices():
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: str | None = None
 ) -> subprocess.CompletedProcess:
     """Run the tfgpu command as a user would, in a fresh process."""
     full_env = {**os.environ, **(env or {})}
@@ -48,4 +48,5 @@ def run_cli(
         timeout=timeout,
         env=full_env,
         check=False,
+        cwd=cwd,
     )

@@ -104,3 +104,93 @@ def test_unknown_subcommand_is_usage_error():
     done = run_cli("doctr")
     assert done.returncode == 2
     assert "invalid choice" in done.stderr
+
+
+USER_CODE = """
+import numpy as np
+import tensorflow as tf
+
+import tfgpu
+
+
+def model():
+    import keras
+
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+
+
+def raises():
+    raise ValueError("unknown option 'fast'")
+
+
+def wrong_dtype_data(ctx, batch):
+    ds = tf.data.Dataset.range(64).map(
+        lambda i: tf.numpy_function(lambda v: np.ones(4) * v, [i], tf.float32)
+    )
+    return ds.map(lambda x: (tf.ensure_shape(x, [4]), tf.constant(0, tf.int64))).batch(batch)
+
+
+def broken_data(ctx, batch):
+    return {}["missing"]
+
+
+def wrong_dtype():
+    return tfgpu.Task(model=model, loss="sparse_categorical_crossentropy", train_data=wrong_dtype_data)
+
+
+def broken():
+    return tfgpu.Task(model=model, loss="sparse_categorical_crossentropy", train_data=broken_data)
+
+
+def dataset():
+    return tf.data.Dataset.range(64).map(lambda i: tf.fill([8], tf.cast(i, tf.float32))).batch(8)
+"""
+
+
+def test_errors_in_the_users_code_are_one_message(tmp_path):
+    """A file that does not import, a function that raises, a pipeline TensorFlow rejects: exit 2,
+    one message with the user's file and line (or function), no traceback unless --verbose."""
+    (tmp_path / "user.py").write_text(USER_CODE)
+    (tmp_path / "syntax.py").write_text("def make_task(:\n    pass\n")
+    user = str(tmp_path / "user.py")
+
+    def one_message(done, *expected):
+        assert done.returncode == 2, done.stderr[-3000:]
+        lines = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        for text in expected:
+            assert text in lines[0], lines[0]
+
+    one_message(
+        run_cli("train", str(tmp_path / "syntax.py") + ":make_task", "--steps", "1"),
+        "Importing",
+        "SyntaxError",
+        "syntax.py:1",
+    )
+    one_message(
+        run_cli("train", f"{user}:raises", "--steps", "1"),
+        "ValueError: unknown option 'fast'",
+        "user.py:15 in raises",
+    )
+    one_message(run_cli("train", f"{user}:broken", "--steps", "1"), "KeyError", "user.py:26 in broken_data")
+    one_message(
+        run_cli("train", f"{user}:wrong_dtype", "--steps", "1"),
+        "TensorFlow failed while running your code",
+        "user.py:wrong_dtype",
+        "InvalidArgumentError: in a tf.data map function: 0-th value returned by pyfunc_0 is double, but expects float",
+    )
+    verbose = run_cli("-v", "train", f"{user}:raises", "--steps", "1")
+    assert (
+        verbose.returncode == 2
+        and "Traceback" in verbose.stderr
+        and "error: Your code raised" in verbose.stderr
+    )
+
+
+def test_a_module_in_the_current_folder_is_found(tmp_path):
+    (tmp_path / "mymod.py").write_text(USER_CODE)
+    done = run_cli(
+        "diagnose", "--dataset", "mymod:dataset", "--step-time", "1ms", "--json", cwd=str(tmp_path)
+    )
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    assert "bottleneck" in done.stdout

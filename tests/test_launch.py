@@ -154,6 +154,13 @@ def test_cli_bad_inputs_exit_2_before_starting():
             "launch", "--hosts", str(hosts), "--node-rank", "0", "--port", str(port), "--dry-run", "--", PY
         )
     assert done.returncode == 2 and f"Port {port}" in done.stderr and "already in use" in done.stderr
+    done = run_cli("launch", "--port", "30000", "--dry-run", "--", PY)
+    assert done.returncode == 2 and "--port sets the ports of a multi-node cluster" in done.stderr
+
+
+def test_a_worker_that_failed_silently_is_said_so():
+    done = run_cli("launch", "--nproc", "1", "--", PY, "-c", "import sys; sys.exit(4)", timeout=60)
+    assert done.returncode == 4 and "(worker 0 printed nothing before it failed)" in done.stderr
 
 
 def test_failed_worker_stops_the_others():

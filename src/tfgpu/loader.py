@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tfgpu import usercode
 from tfgpu.errors import InputError
 
 
@@ -31,16 +33,25 @@ def load_function(reference: str) -> Callable[..., Any]:
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         sys.path.insert(0, str(path.resolve().parent))
-        spec.loader.exec_module(module)
+        usercode.register(path, reference)
+        _run_user_import(lambda: spec.loader.exec_module(module), reference)
     else:
+        if os.getcwd() not in sys.path:  # as `python -m` does: modules in the current folder import
+            sys.path.insert(0, os.getcwd())
         try:
             module = importlib.import_module(target)
         except ModuleNotFoundError as exc:
-            raise InputError(
-                f"Module {target!r} cannot be imported ({exc})",
-                value=reference,
-                fix="check the name and PYTHONPATH",
-            ) from None
+            if exc.name and target.startswith(exc.name):
+                raise InputError(
+                    f"Module {target!r} cannot be imported ({exc})",
+                    value=reference,
+                    fix="check the name and PYTHONPATH",
+                ) from None
+            raise _import_failed(exc, reference) from exc
+        except Exception as exc:
+            raise _import_failed(exc, reference) from exc
+        if getattr(module, "__file__", None):
+            usercode.register(Path(module.__file__), reference)
     function = getattr(module, name, None)
     if not callable(function):
         found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))[:12]
@@ -48,3 +59,19 @@ def load_function(reference: str) -> Callable[..., Any]:
             f"{target} has no function {name!r}", value=reference, fix=f"use one of: {', '.join(found)}"
         )
     return function
+
+
+def _run_user_import(run: Callable[[], Any], reference: str) -> None:
+    try:
+        run()
+    except Exception as exc:  # a syntax or import error, or any error at import time
+        raise _import_failed(exc, reference) from exc
+
+
+def _import_failed(exc: BaseException, reference: str) -> InputError:
+    explained = usercode.explain(exc)
+    what = explained.what if explained else f"Your code raised {usercode.one_line(exc)}"
+    return usercode.UserCodeError(
+        f"Importing {reference.rpartition(':')[0]} failed: {what.removeprefix('Your code raised ')}",
+        fix="fix the error there; run with --verbose for the full traceback",
+    )

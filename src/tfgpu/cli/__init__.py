@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _common.setup_logging(verbose=args.verbose)
-    return _common.guarded(lambda: args.run(args))
+    return _common.guarded(lambda: args.run(args), verbose=args.verbose)
 
 
 if __name__ == "__main__":

@@ -6,11 +6,13 @@ import json
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 
+from tfgpu import usercode
 from tfgpu.errors import TfgpuError, from_graph_assertion
 
 STATUS_STYLE = {"ok": "green", "warn": "yellow", "fail": "bold red"}
@@ -36,19 +38,28 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def guarded(action: Callable[[], int]) -> int:
-    """Run a subcommand; a user-fixable error becomes one message and its exit status."""
+def guarded(action: Callable[[], int], *, verbose: bool = False) -> int:
+    """Run a subcommand; a user-fixable error becomes one message and its exit status.
+
+    User-fixable: a TfgpuError, tfgpu's own check inside a TensorFlow graph, and an error raised
+    by the user's code (see ``tfgpu.usercode``). Anything else is a tfgpu bug: its traceback stays.
+    ``verbose`` adds the full traceback to the message of an error in the user's code.
+    """
     try:
         return action()
     except TfgpuError as exc:
+        if verbose and isinstance(exc, usercode.UserCodeError):
+            traceback.print_exception(exc.__cause__ or exc, file=sys.stderr)
         err.print(f"[bold red]error:[/] {exc.message}", soft_wrap=True)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("interrupted")
         return 130
-    except Exception as exc:  # a tfgpu check inside a TensorFlow graph: still one message
-        translated = from_graph_assertion(exc)
+    except Exception as exc:
+        translated = from_graph_assertion(exc) or usercode.explain(exc)
         if translated is None:
             raise
+        if verbose and isinstance(translated, usercode.UserCodeError):
+            traceback.print_exception(exc, file=sys.stderr)
         err.print(f"[bold red]error:[/] {translated.message}", soft_wrap=True)
         return translated.exit_code

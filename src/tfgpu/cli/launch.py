@@ -10,6 +10,7 @@ from rich.table import Table
 from tfgpu import choices
 from tfgpu.cli import _common
 from tfgpu.errors import ConfigError, InputError
+from tfgpu.launch.spec import DEFAULT_PORT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,7 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--nnodes", type=int, help="nodes in the cluster (with --hosts)")
     p.add_argument("--node-rank", type=int, default=0, help="this node's index in the hosts file")
     p.add_argument("--hosts", help="file with one host per line, one per node")
-    p.add_argument("--port", type=int, default=23456, help="first port on each node for multi-node clusters")
+    p.add_argument(
+        "--port",
+        type=int,
+        help=f"first port on each node, with --hosts (default {DEFAULT_PORT}; one node picks free ports)",
+    )
     p.add_argument(
         "--grace", type=float, default=10.0, help="seconds between terminate and kill when stopping"
     )
@@ -70,6 +75,12 @@ def config_from(args: argparse.Namespace):
         raise ConfigError(
             "--nnodes needs --hosts (or run under srun)", value=args.nnodes, fix="pass --hosts FILE"
         )
+    if args.port is not None and hosts is None:
+        raise ConfigError(
+            "--port sets the ports of a multi-node cluster (with --hosts); on one node tfgpu picks free ports itself",
+            value=args.port,
+            fix="leave --port out, or pass --hosts FILE",
+        )
     return LaunchConfig(
         command=tuple(command),
         nproc=args.nproc,
@@ -83,7 +94,7 @@ def config_from(args: argparse.Namespace):
         nnodes=args.nnodes or (len(hosts) if hosts else 1),
         node_rank=args.node_rank,
         hosts=hosts,
-        port=args.port,
+        port=DEFAULT_PORT if args.port is None else args.port,
         grace_s=args.grace,
     )
 
@@ -137,4 +148,6 @@ def run(args: argparse.Namespace) -> int:
         )
         for line in result.tail[-10:]:
             _common.err.print(f"  {line}", markup=False, highlight=False)
+        if not result.tail:
+            _common.err.print(f"  ({result.failed} printed nothing before it failed)")
     return result.exit_code

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from tfgpu.errors import ConfigError
 
+DEFAULT_PORT = 23456  # the first port of each node of a multi-node cluster
+
 
 @dataclass(frozen=True)
 class LaunchConfig:
@@ -39,7 +41,7 @@ class LaunchConfig:
     nnodes: int = 1
     node_rank: int = 0
     hosts: tuple[str, ...] | None = None
-    port: int = 23456
+    port: int = DEFAULT_PORT
     grace_s: float = 10.0
 
     def __post_init__(self) -> None:

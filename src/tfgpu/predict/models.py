@@ -3,6 +3,7 @@ TensorFlow 1 / Estimator-exported SavedModel whose signature takes serialized tf
 
 from __future__ import annotations
 
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ class Predictor:
 def _keras(path: Path) -> Predictor:
     import keras
 
+    if path.suffix == ".keras" and not zipfile.is_zipfile(path):
+        raise InputError(
+            f"{path} is not a Keras model file: a .keras file is a zip archive, and this one is not",
+            value=str(path),
+            fix="pass a .keras file saved with model.save(...); a copy cut short in transfer is the usual cause",
+        )
     try:
         model = keras.saving.load_model(path, compile=False)
     except Exception as exc:  # Keras raises many types for a bad file
