@@ -299,7 +299,8 @@ def test_cli_bad_model_exits_2(tmp_path):
     np.save(tmp_path / "x.npy", X)
     done = run_cli("predict", str(tmp_path / "m.keras"), str(tmp_path / "x.npy"), str(tmp_path / "o"))
     assert done.returncode == 2 and "Traceback" not in done.stderr and "not a Keras model file" in done.stderr
-    assert "is not a zip archive" in done.stderr and "File not found" not in done.stderr
+    assert "a .keras file is a zip archive, and this one is not" in done.stderr
+    assert "File not found" not in done.stderr
     (tmp_path / "taken").write_text("keep me")
     done = run_cli("predict", str(tmp_path / "m.keras"), str(tmp_path / "x.npy"), str(tmp_path / "taken"))
     assert done.returncode == 2 and "Traceback" not in done.stderr and "is a file" in done.stderr
