@@ -336,3 +336,62 @@ def test_one_replica_off_the_host_reads_through_the_distributed_iterator(files, 
     out = read_output(tmp_path / "o")
     assert np.array_equal(out["row_id"], np.arange(1001))
     np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
+
+
+def test_a_rerun_with_another_input_or_model_is_refused_until_overwrite(files, tmp_path):
+    """Issue 18: a re-run resumes only the run that made OUTPUT; nothing is lost unless --overwrite."""
+    out = tmp_path / "o"
+    other = tmp_path / "b.npy"
+    np.save(other, X[::-1].copy())
+    run(files, files["root"] / "x.npy", out, 1, rows_per_shard=200)
+    for shard in sorted(out.glob("part-*"))[3:]:  # as if killed after 3 shards
+        shard.unlink()
+    (out / "manifest.json").unlink()
+    kept = sorted(p.name for p in out.glob("part-*"))
+    with pytest.raises(
+        InputError,
+        match=r"holds predictions of another run: the input changed since.*input\.listing_sha256",
+    ):
+        run(files, other, out, 1, rows_per_shard=200)
+    with pytest.raises(
+        InputError, match=r"the options changed since.*'options.rows_per_shard': \{'then': 200, 'now': 300\}"
+    ):
+        run(files, files["root"] / "x.npy", out, 1, rows_per_shard=300)
+    files["model"].save(tmp_path / "same-weights-other-file.keras")
+    with pytest.raises(InputError, match="the model changed since"):
+        predict(
+            str(tmp_path / "same-weights-other-file.keras"),
+            str(files["root"] / "x.npy"),
+            str(out),
+            options=PredictOptions(batch_size=64, rows_per_shard=200),
+            strategy=strategy(1),
+        )
+    assert sorted(p.name for p in out.glob("part-*")) == kept
+    resumed = run(files, files["root"] / "x.npy", out, 1, rows_per_shard=200)  # the same run resumes
+    assert resumed.resumed_from_row == 600 and resumed.predicted_rows == 401
+    done = run_cli(
+        "predict",
+        str(files["root"] / "m.keras"),
+        str(other),
+        str(out),
+        "--batch-size",
+        "64",
+        "--rows-per-shard",
+        "200",
+    )
+    assert done.returncode == 2 and "--overwrite" in done.stderr and "Traceback" not in done.stderr
+    done = run_cli(
+        "predict",
+        str(files["root"] / "m.keras"),
+        str(other),
+        str(out),
+        "--batch-size",
+        "64",
+        "--rows-per-shard",
+        "200",
+        "--overwrite",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = read_output(out)
+    assert np.array_equal(result["row_id"], np.arange(1001))
+    np.testing.assert_allclose(only_output(result), files["reference"][::-1], rtol=1e-5, atol=1e-6)

@@ -264,7 +264,7 @@ def predict(
             options=options,
             strategy=strategy,
             on_progress=on_progress,
-            model_description=f"Estimator {estimator.model_dir} ({checkpoint_path or 'latest checkpoint'})",
+            model_description=f"Estimator {estimator.model_dir} ({checkpoint_path or estimator.latest_checkpoint()})",
         )
     finally:
         if export_dir is None:

@@ -6,6 +6,7 @@ launch, say) never share one; a leftover one can be told from a live one by its 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -37,3 +38,41 @@ def check_output_directory(path: str | os.PathLike, *, command: str) -> Path:
             fix="pass a new or existing directory as OUTPUT",
         )
     return out
+
+
+def fingerprint(path: str | os.PathLike) -> dict[str, Any]:
+    """What a file or a folder holds, cheaply: the count, total size and a hash of the listing of
+    every file with its size and modification time. Why: a resumed run must be fed what the first
+    one was, and reading gigabytes to hash them would cost more than the run saves."""
+    root = Path(path)
+    if root.is_file():
+        files = [root]
+    else:
+        files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else []
+    listing = []
+    for file in files:
+        stat = file.stat()
+        listing.append(
+            [file.name if file == root else str(file.relative_to(root)), stat.st_size, stat.st_mtime_ns]
+        )
+    digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+    return {"files": len(listing), "bytes": sum(entry[1] for entry in listing), "listing_sha256": digest}
+
+
+def changed(earlier: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """The keys whose values differ between two identities (nested dicts by dotted name)."""
+    names = []
+    for key in sorted(set(earlier) | set(now)):
+        a, b = earlier.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            names += [f"{key}.{inner}" for inner in changed(a, b)]
+        elif a != b:
+            names.append(key)
+    return names
+
+
+def dig(data: dict[str, Any], dotted: str) -> Any:
+    """``data["a"]["b"]`` for ``"a.b"`` (None where a key is missing)."""
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return data

@@ -42,6 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         help="batches per compiled call, taken from the iterator inside the graph (default: about 32k rows)",
     )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the predictions already in OUTPUT and start over (a re-run otherwise resumes the same run only)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -62,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
         steps_per_execution=args.steps_per_execution,
     )
     with progress("predict") as update:
-        result = predict(args.model, args.input, args.output, options=options, on_progress=update)
+        result = predict(
+            args.model, args.input, args.output, options=options, on_progress=update, overwrite=args.overwrite
+        )
     summary = {**result.to_dict(), "choices": choices.as_dict()}
     if result.worker == 0:
         from tfgpu.report.runs import save_run

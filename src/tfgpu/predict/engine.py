@@ -10,6 +10,7 @@ the chief writes the final manifest once every part is complete.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import tfgpu
 from tfgpu import choices, cluster, distribute, host
 from tfgpu.data.pipeline import parallel_options
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.files import check_output_directory, write_json_atomic
+from tfgpu.files import changed, check_output_directory, dig, fingerprint, write_json_atomic
 from tfgpu.predict import writers
 from tfgpu.predict.inputs import InputSource, open_input
 from tfgpu.predict.models import Predictor, load_predictor
@@ -242,11 +243,15 @@ def predict(
     strategy: Any = None,
     on_progress: Callable[[int, int], None] | None = None,
     model_description: str | None = None,
+    overwrite: bool = False,
 ) -> PredictResult:
     """Predict MODEL on INPUT into the OUTPUT directory; see the module docstring.
 
     INPUT is a path ``open_input`` reads, or an InputSource (``tfgpu.estimator`` passes the rows
-    of an input_fn). ``model_description`` replaces the model path in the output manifest.
+    of an input_fn). ``model_description`` replaces the model path in the output manifest and in
+    the resume identity. A re-run resumes only the same run: OUTPUT keeps what model, input and
+    options made it, and another run there is an InputError unless ``overwrite`` (which deletes
+    the predictions there first).
     """
     import tensorflow as tf
 
@@ -265,6 +270,19 @@ def predict(
     worker, workers = _worker_part()
     start, stop = worker * source.rows // workers, (worker + 1) * source.rows // workers
     out.mkdir(parents=True, exist_ok=True)
+    identity = {
+        "model": model_description or {"path": str(Path(model).resolve()), **fingerprint(model)},
+        "input": {"path": str(Path(input).resolve()), **fingerprint(input)}
+        if isinstance(input, str)
+        else source.description,
+        "options": {
+            "signature": options.signature,
+            "format": options.fmt,
+            "rows_per_shard": options.rows_per_shard,
+            "workers": workers,
+        },
+    }
+    _check_identity(out, identity, overwrite=overwrite)
     first = writers.resume_row(out, options.fmt, start, stop)
     sink = writers.OrderedShards(
         out, fmt=options.fmt, start=first, stop=stop, rows_per_shard=options.rows_per_shard
@@ -333,6 +351,43 @@ def predict(
         output=str(out),
         resumed_from_row=first if first > start else None,
     )
+
+
+IDENTITY = "identity.json"  # under PARTS: what made the predictions in OUTPUT
+
+
+def _check_identity(out: Path, identity: dict[str, Any], *, overwrite: bool) -> None:
+    """Refuse to resume (or to add to) predictions that another model, input or option made."""
+    path = out / PARTS / IDENTITY
+    # every worker writes the identity before its first shard: shards without one are older
+    made = [*out.glob("part-*"), *[p for p in [out / "manifest.json"] if p.exists()]]
+    if overwrite:
+        if identity["options"]["workers"] > 1:
+            raise ConfigError(
+                "--overwrite deletes the output, which other workers are writing to",
+                value=str(out),
+                fix="delete the output directory before the launch, or write to a new one",
+            )
+        shutil.rmtree(out / PARTS, ignore_errors=True)
+        for item in made:
+            item.unlink()
+    elif path.exists():
+        earlier = json.loads(path.read_text())
+        different = changed(earlier, identity)
+        if different:
+            parts = sorted({k.split(".")[0] for k in different})
+            raise InputError(
+                f"{out} holds predictions of another run: the {' and '.join(parts)} changed since",
+                value={k: {"then": dig(earlier, k), "now": dig(identity, k)} for k in different},
+                fix="write to a new output directory, or pass --overwrite to delete those predictions and start over",
+            )
+    elif made:
+        raise InputError(
+            f"{out} holds predictions that do not say what made them",
+            value=sorted(p.name for p in made)[:5],
+            fix="write to a new output directory, or pass --overwrite to delete them and start over",
+        )
+    write_json_atomic(path, identity)
 
 
 def _output_specs(predictor: Predictor, features: Any) -> dict[str, Any]:
