@@ -205,6 +205,7 @@ def run_demo(
         str(work / "heldout"),
         str(work / "predictions"),
         options=PredictOptions(batch_size=64),
+        overwrite=True,  # the model was trained again: its old predictions go
     )
     logits = next(v for k, v in read_output(work / "predictions").items() if k != "row_id")
     labels = np.concatenate([b["label"].numpy() for b in data.pipeline(work / "heldout", batch_size=256)])
