@@ -6,6 +6,7 @@ import csv
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -441,8 +442,31 @@ def test_resume_rewrites_only_damaged_shards(arrays, tmp_path):
     assert (result.shards_written, result.shards_reused) == (2, 3)
     assert data.verify(out) == []
     assert np.array_equal(read_all(out)["x"], arrays["values"]["x"])
-    with pytest.raises(InputError, match="other settings"):
+    with pytest.raises(InputError, match="made from other input: the options changed since"):
         data.convert(arrays["root"] / "a.npz", out, options=opts(min_shards=6))
+
+
+def test_a_source_that_changed_is_not_resumed_into_old_shards(images, tmp_path):
+    """Issue 18: stopped by a corrupt image, the image removed, run again: refused (the source's
+    files changed), the shards kept; --overwrite starts over and every image is in one shard."""
+    src = tmp_path / "src"
+    shutil.copytree(images["src"], src)
+    (src / "dog" / "9.png").write_bytes(b"not an image")
+    out = tmp_path / "o"
+    options = opts(min_shards=6, workers=1, keep_order=True)
+    with pytest.raises(InputError):
+        data.convert(src, out, options=options)
+    written = sorted(p.name for p in out.glob("part-*"))
+    assert written  # shards before the bad image were complete
+    (src / "dog" / "9.png").unlink()
+    with pytest.raises(InputError, match="made from other input: the source's files changed since") as info:
+        data.convert(src, out, options=options)
+    assert "'content.files': {'then': 22, 'now': 21}" in str(info.value)
+    assert sorted(p.name for p in out.glob("part-*")) == written
+    result = data.convert(src, out, options=options, overwrite=True)
+    assert result.manifest.total_rows == 21 and result.shards_reused == 0
+    assert data.verify(out) == []
+    assert data.convert(src, out, options=options).shards_reused == result.manifest.shards.__len__()
 
 
 @pytest.mark.slow

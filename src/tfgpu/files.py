@@ -40,15 +40,19 @@ def check_output_directory(path: str | os.PathLike, *, command: str) -> Path:
     return out
 
 
-def fingerprint(path: str | os.PathLike) -> dict[str, Any]:
+def fingerprint(path: str | os.PathLike, *, exclude: str | os.PathLike | None = None) -> dict[str, Any]:
     """What a file or a folder holds, cheaply: the count, total size and a hash of the listing of
-    every file with its size and modification time. Why: a resumed run must be fed what the first
-    one was, and reading gigabytes to hash them would cost more than the run saves."""
+    every file with its size and modification time (leaving out the folder ``exclude``). Why: a
+    resumed run must be fed what the first one was, and reading gigabytes to hash them would cost
+    more than the run saves."""
     root = Path(path)
+    skip = Path(exclude).resolve() if exclude is not None else None
     if root.is_file():
         files = [root]
     else:
         files = sorted(f for f in root.rglob("*") if f.is_file()) if root.is_dir() else []
+        if skip is not None:
+            files = [f for f in files if not f.resolve().is_relative_to(skip)]
     listing = []
     for file in files:
         stat = file.stat()

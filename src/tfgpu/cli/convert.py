@@ -47,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "every shard holds every class)",
     )
     p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="delete the conversion already in OUTPUT and start over (a re-run otherwise resumes the same one only)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(run=run)
 
@@ -79,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
     )
     with progress("convert") as update:
-        result = convert(args.source, args.output, options=options, on_progress=update)
+        result = convert(
+            args.source, args.output, options=options, on_progress=update, overwrite=args.overwrite
+        )
     summary = result.to_dict()
     if args.json:
         _common.print_json(summary)

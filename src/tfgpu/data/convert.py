@@ -13,6 +13,7 @@ import dataclasses
 import itertools
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from tfgpu.data import records
 from tfgpu.data.manifest import MANIFEST_NAME, Feature, Manifest, Shard
 from tfgpu.data.sources import BadRow, ImageOptions, SourceSpec
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.files import check_output_directory, write_json_atomic
+from tfgpu.files import changed, check_output_directory, dig, fingerprint, write_json_atomic
 from tfgpu.workers import run_jobs
 
 STATE_DIR = ".tfgpu"
@@ -249,19 +250,34 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _check_resume(state: Path, identity: dict[str, Any], source: str) -> None:
+def _check_resume(state: Path, identity: dict[str, Any], source: str, *, overwrite: bool) -> None:
+    """Resume only the conversion that made OUTPUT: the same source (what it holds: its files,
+    sizes and modification times) and options; ``overwrite`` deletes what is there instead."""
     import json
 
+    out = state.parent
     plan_file = state / "settings.json"
-    wanted = {"source": str(Path(source).resolve()), "options": identity}
-    if plan_file.exists():
+    wanted = {
+        "source": str(Path(source).resolve()),
+        "content": fingerprint(source, exclude=out),
+        "options": identity,
+    }
+    made = [*out.glob("part-*-of-*.tfrecord*"), *[p for p in [out / MANIFEST_NAME] if p.exists()]]
+    if overwrite:
+        shutil.rmtree(state, ignore_errors=True)
+        for item in made:
+            item.unlink()
+        state.mkdir(parents=True)
+    elif plan_file.exists():
         earlier = json.loads(plan_file.read_text())
-        if earlier != wanted:
+        different = changed(earlier, wanted)
+        if different:
+            names = {"content": "the source's files", "source": "the source path", "options": "the options"}
+            parts = sorted({names[k.split(".")[0]] for k in different})
             raise InputError(
-                f"{state.parent} holds a conversion made with other settings",
-                value={k: v for k, v in earlier["options"].items() if identity.get(k) != v}
-                or earlier["source"],
-                fix="convert into a new directory, or delete this one first",
+                f"{out} holds a conversion made from other input: {' and '.join(parts)} changed since",
+                value={k: {"then": dig(earlier, k), "now": dig(wanted, k)} for k in different},
+                fix="convert into a new directory, or pass --overwrite to delete that conversion and start over",
             )
     write_json_atomic(plan_file, wanted)
 
@@ -306,10 +322,12 @@ def convert(
     *,
     options: ConvertOptions | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    overwrite: bool = False,
 ) -> ConvertResult:
     """Convert ``source`` into TFRecord shards and a manifest under ``output``.
 
-    ``on_progress(rows_done, rows_total)`` is called as shards complete.
+    ``on_progress(rows_done, rows_total)`` is called as shards complete. A re-run resumes the
+    same conversion; another source content or options is an InputError unless ``overwrite``.
     """
     options = options or ConvertOptions()
     out = check_output_directory(output, command="tfgpu convert")
@@ -320,7 +338,7 @@ def convert(
     rows = len(opened)
     state = out / STATE_DIR
     state.mkdir(parents=True, exist_ok=True)
-    _check_resume(state, options.identity(), str(source))
+    _check_resume(state, options.identity(), str(source), overwrite=overwrite)
     _remove_stale(out)
     ranges = plan_shards(rows, _estimate_row_bytes(opened, features), options)
     jobs = [
