@@ -289,6 +289,11 @@ def test_corrupt_and_missing_shards(arrays, tmp_path):
     assert 500 < len(kept) < 1001 and len(set(kept.tolist())) == len(kept)
     problems = data.verify(copy)
     assert len(problems) == 1 and "cannot be read" in problems[0]["problem"]
+    manifest = json.loads((copy / "manifest.json").read_text())  # a manifest whose ranges overlap
+    manifest["shards"][3]["first_row"] -= 1
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    problems = data.verify(copy)
+    assert any("but the shards before it end at row" in p["problem"] for p in problems)
     os.remove(data.load(copy).files()[2])
     with pytest.raises(InputError, match=r"part-00002-of-00004\.tfrecord is missing"):
         data.pipeline(copy, batch_size=8)

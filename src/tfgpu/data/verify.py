@@ -10,12 +10,26 @@ from tfgpu.data.records import sha256_of
 
 
 def verify(source: str | Manifest, *, checksums: bool = True) -> list[dict[str, Any]]:
-    """Problems found, one dict per bad shard ({file, problem, readable_records}); [] when all is well."""
+    """Problems found, one dict per bad shard ({file, problem, readable_records}); [] when all is well.
+
+    Each shard must hold the rows the manifest claims: its row range follows the one before (row
+    ids are computed from these ranges), its record count, size and checksum match.
+    """
     import tensorflow as tf
 
     manifest = source if isinstance(source, Manifest) else load(source)
     problems = []
+    expected = 0
     for shard, path in zip(manifest.shards, manifest.files(), strict=True):
+        if shard.first_row != expected:  # row ids come from these ranges: a gap or an overlap
+            problems.append(
+                {
+                    "file": path,
+                    "problem": f"starts at row {shard.first_row}, but the shards before it end at row {expected}",
+                    "readable_records": None,
+                }
+            )
+        expected = shard.first_row + shard.rows
         file = Path(path)
         if not file.exists():
             problems.append({"file": path, "problem": "missing", "readable_records": 0})
