@@ -231,3 +231,24 @@ def test_profile_writes_a_trace(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert list(tmp_path.rglob("*.xplane.pb"))
+
+
+def test_unknown_shapes_from_numpy_function_are_measured():
+    """Issue 18: tf.numpy_function leaves even the rank unknown; diagnose, --apply and a model
+    device work from one real element's shapes."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    dataset = (
+        tf.data.Dataset.range(640)
+        .map(lambda i: tf.numpy_function(lambda x: (np.ones(8) * x).astype(np.float32), [i], tf.float32))
+        .map(lambda x: (x, tf.constant(0, tf.int64)))
+        .batch(32)
+    )
+    result = diagnose(dataset, step_time_s=0.002, steps=8, warmup=2, apply=True)
+    assert result.to_dict()["pipeline_examples_per_s"] > 0 and result.applied is not None
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    result = diagnose(dataset, model=model, steps=8, warmup=2)
+    assert [layer["name"] for layer in result.layers]

@@ -123,7 +123,22 @@ def _deterministic_prefix_share(rows: list[dict[str, Any]]) -> float:
     return share if expensive else 0.0
 
 
-def _fits_in_memory(dataset: Any, batch: int) -> bool:
+def element_spec(dataset: Any) -> Any:
+    """The dataset's element spec with every shape known but the batch dimension.
+
+    ``tf.numpy_function`` and ``tf.py_function`` leave shapes unknown (even their rank); the
+    shapes of one real element stand in for them, so synthetic batches and size estimates work.
+    """
+    import tensorflow as tf
+
+    spec = dataset.element_spec
+    if all(s.shape.rank is not None and None not in s.shape[1:] for s in tf.nest.flatten(spec)):
+        return spec
+    first = next(iter(dataset.take(1)))
+    return tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), first)
+
+
+def _fits_in_memory(dataset: Any, spec: Any, batch: int) -> bool:
     """Whether the (finite) dataset's elements fit in a quarter of the available memory."""
     import numpy as np
     import tensorflow as tf
@@ -134,9 +149,9 @@ def _fits_in_memory(dataset: Any, batch: int) -> bool:
     if count < 0:
         return False  # infinite or unknown
     per_element = 0
-    for spec in tf.nest.flatten(dataset.element_spec):
-        dims = [batch if d is None else d for d in spec.shape.as_list()]
-        per_element += int(np.prod(dims)) * (spec.dtype.size if spec.dtype != tf.string else 64)
+    for part in tf.nest.flatten(spec):
+        dims = [batch if d is None else d for d in part.shape.as_list()]
+        per_element += int(np.prod(dims)) * (part.dtype.size if part.dtype != tf.string else 64)
     return count * per_element <= MEMORY_SHARE * _available_memory()
 
 
@@ -167,11 +182,12 @@ def diagnose(
         if step_time_s
         else RateDevice(target_rate, batch)
     )
-    device_step = device.step_seconds(dataset.element_spec, batch)
+    spec = element_spec(dataset)
+    device_step = device.step_seconds(spec, batch)
     both = measure.together(dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
     host_overhead = both.host_overhead_fraction
     if isinstance(device, ModelDevice):
-        half = device.step_seconds(dataset.element_spec, max(1, batch // 2))
+        half = device.step_seconds(spec, max(1, batch // 2))
         host_overhead = max(0.0, min(1.0, (2 * half - device_step) / device_step))
     wait = both.input_wait_fraction
     if run.examples_per_s >= 2 * (batch / device_step):
@@ -192,7 +208,7 @@ def diagnose(
         input_bound=found.input_bound,
         host_overhead=host_overhead,
         deterministic_prefix_share=_deterministic_prefix_share(stages),
-        fits_in_memory=_fits_in_memory(dataset, batch),
+        fits_in_memory=_fits_in_memory(dataset, spec, batch),
         gpu_model=isinstance(device, ModelDevice) and _on_gpu(),
     )
     items = advice_mod.advise(facts)
@@ -207,7 +223,7 @@ def diagnose(
         device=device.description,
         stages=stages,
         advice=items,
-        layers=device.layer_shares(dataset.element_spec, batch) if isinstance(device, ModelDevice) else [],
+        layers=device.layer_shares(spec, batch) if isinstance(device, ModelDevice) else [],
         timeline=both.steps,
     )
     if apply:
