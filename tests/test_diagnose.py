@@ -48,8 +48,15 @@ def test_workload_gets_its_verdict_and_advice(workload):
         "stages",
         "layers",
         "advice",
+        "decided_by",
+        "certain",
+        "spread",
     }
-    assert all(a["estimated_speedup"] >= 1.0 for a in data["advice"])
+    assert data["decided_by"] and len(data["spread"]["input_wait_fraction"]) == 2
+    # every fix offered gains 5% or more; "none" stands alone
+    assert all(a["estimated_speedup"] >= 1.05 for a in data["advice"]) or [
+        a["kind"] for a in data["advice"]
+    ] == ["none"]
 
 
 def test_apply_measures_the_gain_of_parallelizing():
@@ -252,3 +259,47 @@ def test_unknown_shapes_from_numpy_function_are_measured():
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     result = diagnose(dataset, model=model, steps=8, warmup=2)
     assert [layer["name"] for layer in result.layers]
+
+
+def test_the_verdict_follows_from_its_figures_and_repeats():
+    """Issue 18: the rules that keep the verdict consistent with the figures printed beside it."""
+    from tfgpu.diagnose import advice, judge
+    from tfgpu.diagnose.measure import TogetherRun
+
+    def together(wait, rate, overhead=0.0):
+        return TogetherRun(examples_per_s=rate, input_wait_fraction=wait, host_overhead_fraction=overhead)
+
+    # no prefetch: input and device take turns, the wait is real even with a fast pipeline
+    turns = judge.judge_round(
+        together(0.08, 900), pipeline_rate=3000, device_rate=1000, half_step_share=None, prefetched=False
+    )
+    assert turns.verdict.input_bound == "moderately" and "input wait 8%" in turns.decided_by
+    # prefetched and twice as fast: the waits are per-step fetch cost
+    fetch = judge.judge_round(
+        together(0.08, 900), pipeline_rate=3000, device_rate=1000, half_step_share=0.9, prefetched=True
+    )
+    assert fetch.verdict.input_bound == "no" and fetch.verdict.bottleneck == "host"
+    assert (
+        "a step on half the batch took 90% as long" in fetch.decided_by
+        and "per-step fetch cost" in fetch.decided_by
+    )
+    # the device ran at its own rate with the input attached: the waits cost nothing
+    fed = judge.judge_round(
+        together(0.08, 990), pipeline_rate=1500, device_rate=1000, half_step_share=None, prefetched=True
+    )
+    assert fed.verdict.input_bound == "no" and "ran at 99% of its own rate" in fed.decided_by
+    rounds = iter([turns, fed, turns])
+    agreed = judge.judge(lambda: next(rounds))
+    assert agreed.chosen.verdict.input_bound == "moderately" and not agreed.certain
+    assert agreed.chosen.decided_by.startswith("uncertain: the 3 runs disagreed (input wait 0%-8%")
+    assert agreed.spread()["input_wait_fraction"] == [0.0, 0.08]
+    same = iter([turns, turns, turns])
+    assert judge.judge(lambda: next(same)).certain
+    # a fix estimated at 1.00x is not advice
+    facts = advice.Facts(
+        pipeline_rate=1000, device_rate=1000, together_rate=1000, cores=2, cpu_s_per_example=0.001,
+        stages=[], prefetch_at_end=False, input_bound="moderately", host_overhead=0.0,
+        deterministic_prefix_share=0.0, fits_in_memory=True, gpu_model=False,
+    )  # fmt: skip
+    items = advice.advise(facts)
+    assert [a.kind for a in items] == ["none"] and "prefetch" in items[0].detail

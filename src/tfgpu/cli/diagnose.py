@@ -140,6 +140,7 @@ def _slim(applied: dict[str, Any] | None) -> dict[str, Any] | None:
 def _render(data: dict[str, Any]) -> None:
     out = _common.out
     out.print(f"[bold]{data['verdict']}[/]  (bottleneck: {data['bottleneck']})")
+    out.print(f"decided by: {data['decided_by']}")
     out.print(
         f"pipeline alone {data['pipeline_examples_per_s']:,.0f} examples/s; device alone {data['device_examples_per_s']:,.0f}; "
         f"together {data['together_examples_per_s']:,.0f} ({data['device_utilization']:.0%} device utilization); "

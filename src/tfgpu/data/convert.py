@@ -269,7 +269,8 @@ def _check_resume(state: Path, identity: dict[str, Any], source: str, *, overwri
             item.unlink()
         state.mkdir(parents=True)
     elif plan_file.exists():
-        earlier = json.loads(plan_file.read_text())
+        # a conversion by a tfgpu that did not record the content is judged on what it recorded
+        earlier = {"content": wanted["content"], **json.loads(plan_file.read_text())}
         different = changed(earlier, wanted)
         if different:
             names = {"content": "the source's files", "source": "the source path", "options": "the options"}

@@ -2,9 +2,10 @@
 
 Measures, after warm-up: the pipeline alone, the device alone (a real Keras step on a synthetic batch
 already on the device, a simulated device, or a target rate), both together with the wait for input
-timed every step, the CPU seconds per example, and every stage's rate. Gives the TensorFlow
-profiler's verdict, and advice ranked by a gain estimated from those measurements; ``apply=True``
-applies what does not change results (tf.data options, prefetch) and measures again.
+timed every step (three runs, the median deciding, see ``judge``), the CPU seconds per example, and
+every stage's rate. Gives the TensorFlow profiler's verdict with the figures that decide it, and
+advice ranked by a gain estimated from those measurements; ``apply=True`` applies what does not
+change results (tf.data options, prefetch) and measures again.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from tfgpu import host
 from tfgpu import verdict as verdicts
 from tfgpu.diagnose import advice as advice_mod
-from tfgpu.diagnose import chain, measure
+from tfgpu.diagnose import chain, judge, measure
 from tfgpu.diagnose.apply import tuned
 from tfgpu.diagnose.device import ModelDevice, RateDevice, SimulatedDevice
 from tfgpu.errors import ConfigError
@@ -38,6 +39,9 @@ class Diagnosis:
     layers: list[dict[str, Any]] = field(default_factory=list)
     timeline: list[dict[str, float]] = field(default_factory=list)
     applied: dict[str, Any] | None = None
+    decided_by: str = ""  # the figures and cut-offs the verdict follows from
+    certain: bool = True  # False: repeated runs disagreed, the median figures decided
+    spread: dict[str, list[float]] = field(default_factory=dict)  # [min, max] over the runs
 
     @property
     def cores_needed(self) -> float:
@@ -52,6 +56,9 @@ class Diagnosis:
             "bottleneck": self.verdict.bottleneck,
             "input_bound": self.verdict.input_bound,
             "verdict": self.verdict.sentence(),
+            "decided_by": self.decided_by,
+            "certain": self.certain,
+            "spread": self.spread,
             "input_wait_fraction": self.verdict.input_wait_fraction,
             "host_overhead_fraction": self.verdict.host_overhead_fraction,
             "pipeline_examples_per_s": round(self.pipeline_examples_per_s, 1),
@@ -184,23 +191,26 @@ def diagnose(
     )
     spec = element_spec(dataset)
     device_step = device.step_seconds(spec, batch)
-    both = measure.together(dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
-    host_overhead = both.host_overhead_fraction
-    if isinstance(device, ModelDevice):
-        half = device.step_seconds(spec, max(1, batch // 2))
-        host_overhead = max(0.0, min(1.0, (2 * half - device_step) / device_step))
-    wait = both.input_wait_fraction
-    if run.examples_per_s >= 2 * (batch / device_step):
-        # the pipeline alone is more than twice as fast as the device: what waits remain are the
-        # per-step cost of fetching a batch, host overhead rather than a slow input pipeline
-        host_overhead, wait = min(1.0, host_overhead + wait), 0.0
-    found = verdicts.verdict(input_wait_fraction=wait, host_overhead_fraction=host_overhead)
-    stages = _stage_table(chain.walk(dataset), elements=steps * batch, warmup=warmup)
     device_rate = batch / device_step
+    half_share = None
+    if isinstance(device, ModelDevice):
+        half_share = device.step_seconds(spec, max(1, batch // 2)) / device_step
+    judgement = judge.judge(
+        lambda: judge.judge_round(
+            measure.together(dataset, device, steps=steps, warmup=warmup, device_step_s=device_step),
+            pipeline_rate=run.examples_per_s,
+            device_rate=device_rate,
+            half_step_share=half_share,
+            prefetched=chain.prefetch_at_end(chain.walk(dataset)),
+        )
+    )
+    chosen = judgement.chosen
+    found, host_overhead = chosen.verdict, chosen.overhead
+    stages = _stage_table(chain.walk(dataset), elements=steps * batch, warmup=warmup)
     facts = advice_mod.Facts(
         pipeline_rate=run.examples_per_s,
         device_rate=device_rate,
-        together_rate=both.examples_per_s,
+        together_rate=chosen.together_rate,
         cores=host.cores(),
         cpu_s_per_example=run.cpu_s_per_example,
         stages=stages,
@@ -216,7 +226,7 @@ def diagnose(
         verdict=found,
         pipeline_examples_per_s=run.examples_per_s,
         device_examples_per_s=device_rate,
-        together_examples_per_s=both.examples_per_s,
+        together_examples_per_s=chosen.together_rate,
         cpu_seconds_per_example=run.cpu_s_per_example,
         cores=facts.cores,
         batch_size=batch,
@@ -224,12 +234,15 @@ def diagnose(
         stages=stages,
         advice=items,
         layers=device.layer_shares(spec, batch) if isinstance(device, ModelDevice) else [],
-        timeline=both.steps,
+        timeline=chosen.run.steps,
+        decided_by=chosen.decided_by,
+        certain=judgement.certain,
+        spread=judgement.spread(),
     )
     if apply:
         tuned_dataset, changes = tuned(dataset)
         again = measure.together(tuned_dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
-        gain = again.examples_per_s / max(both.examples_per_s, 1e-9)
+        gain = again.examples_per_s / max(chosen.together_rate, 1e-9)
         for item in items:
             if item.kind in ("parallelize-map", "prefetch", "parallel-read"):
                 item.measured_speedup = gain

@@ -26,6 +26,7 @@ KINDS = (
     "more-input-workers",
     "none",
 )  # cheapest fix first
+MIN_GAIN = 1.05  # a fix estimated to gain less is not offered: "1.00x" is not advice
 SIGNIFICANT = 0.2  # a stage that takes at least this share of the pipeline's time matters
 TINY_ELEMENT_S = 100e-6  # per-element work this small is dominated by per-call overhead
 
@@ -198,14 +199,16 @@ def advise(f: Facts) -> list[Advice]:
                 1.5,
             )
         )
-    if not items:
-        items.append(
-            Advice(
-                "none",
-                "the input keeps up and per-step overhead is small: nothing to change on the input side",
-                1.0,
-            )
+    offered = [a for a in items if a.estimated_speedup >= MIN_GAIN]
+    if not offered:
+        detail = (
+            "the input keeps up and per-step overhead is small: nothing to change on the input side"
+            if not items
+            else f"no fix found is estimated to gain {MIN_GAIN - 1:.0%} or more "
+            f"(considered: {', '.join(sorted({a.kind for a in items}))})"
         )
+        return [Advice("none", detail, 1.0)]
+    items = offered
     # Ranked by gain, gains within 0.1x counting as equal (then the cheaper fix first, the order of
     # KINDS). more-input-workers comes after every fix this machine can make: it needs more machines,
     # and its gain is measured on top of those fixes.

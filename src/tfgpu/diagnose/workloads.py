@@ -209,6 +209,17 @@ def well_tuned() -> Any:
     return _parallel_batches(tf.data.Dataset.range(100_000), work)
 
 
+def unknown_shapes() -> Any:
+    """A cheap tf.numpy_function: TensorFlow knows neither the shape nor the rank of its output."""
+    import numpy as np
+    import tensorflow as tf
+
+    def row(i: Any) -> Any:
+        return tf.numpy_function(lambda v: (np.ones(8) * v).astype(np.float32), [i], tf.float32)
+
+    return tf.data.Dataset.range(100_000).map(row).batch(BATCH).prefetch(tf.data.AUTOTUNE)
+
+
 WORKLOADS: tuple[Workload, ...] = (
     Workload(
         "sequential-map",
@@ -268,6 +279,14 @@ WORKLOADS: tuple[Workload, ...] = (
         ("more-input-workers",),
         target_rate=50_000,
         description="parallel 250-round map with per-epoch randomness; device at 50k examples/s",
+    ),
+    Workload(
+        "unknown-shapes",
+        unknown_shapes,
+        ("no",),
+        ("none",),
+        step_time_s=0.030,
+        description="cheap tf.numpy_function rows (shape and rank unknown), prefetched; device 30 ms/batch",
     ),
     Workload(
         "well-tuned",
