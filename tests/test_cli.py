@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+
 from conftest import run_cli
 from tfgpu.testing import run_on_logical_cpus
 
@@ -68,6 +70,8 @@ def test_demo_runs_end_to_end(tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # issue 17: only tfgpu's lines, from this process and from every process it started
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [], done.stderr[-3000:]
     data = json.loads(done.stdout)
     assert data["ok"] and data["accuracy"] >= 0.6
     assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))
@@ -194,3 +198,28 @@ def test_a_module_in_the_current_folder_is_found(tmp_path):
     )
     assert done.returncode in (0, 1), done.stderr[-2000:]
     assert "bottleneck" in done.stdout
+
+
+def test_only_tfgpus_lines_unless_verbose(tmp_path):
+    """TensorFlow's start-up and log lines are filtered from the CLI's stderr; --verbose and
+    TFGPU_VERBOSE=1 let them through."""
+    from tfgpu import quiet
+
+    np.save(tmp_path / "x.npy", np.zeros((4, 8), "float32"))
+    (tmp_path / "m.keras").write_text("not a model")
+    args = ("predict", str(tmp_path / "m.keras"), str(tmp_path / "x.npy"), str(tmp_path / "o"))
+    done = run_cli(*args)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), done.stderr
+    loud = run_cli(*args, env={"TFGPU_VERBOSE": "1"})
+    assert loud.returncode == 2 and any(quiet.is_noise(line) for line in loud.stderr.splitlines())
+    assert quiet.is_noise(
+        "I0000 00:00:1795431765.662915   19805 port.cc:153] oneDNN custom operations are on."
+    )
+    assert quiet.is_noise(
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+    )
+    assert not quiet.is_noise(
+        "F0000 00:00:1795431765.662915   19805 check.cc:1] Check failed"
+    )  # fatal: shown
+    assert not quiet.is_noise("error: Model m.keras does not exist.")

@@ -223,6 +223,14 @@ def test_two_worker_training_equals_one_process(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # the workers' TensorFlow log lines are filtered as tfgpu's own (issue 17)
+    from tfgpu import quiet
+
+    worker_lines = [
+        line.split("] ", 1)[-1] for line in done.stdout.splitlines() if line.startswith("[worker")
+    ]
+    assert worker_lines and not [line for line in worker_lines if quiet.is_noise(line)], done.stdout[-2000:]
+    assert not [line for line in done.stderr.splitlines() if quiet.is_noise(line)]
     single = run_cli_python(str(ROOT / "examples" / "train_mwms.py"), str(tmp_path))
     assert single.returncode == 0, single.stderr[-3000:]
     w0, w1, one = (np.load(tmp_path / f"{t}.npz") for t in ("worker-0", "worker-1", "single"))

@@ -32,6 +32,7 @@ RUNTIME_VARIABLES: dict[str, tuple[str, str]] = {
 }
 STRATEGY_VARIABLE = "TFGPU_STRATEGY"
 PROGRESS_VARIABLE = "TFGPU_PROGRESS"
+VERBOSE_VARIABLE = "TFGPU_VERBOSE"
 ATTEMPT_VARIABLE = "TFGPU_LAUNCH_ATTEMPT"  # set by `tfgpu launch`: 0 first, 1 after a restart, ...
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -121,10 +122,21 @@ def progress_mode(environ: Mapping[str, str] | None = None) -> str | None:
     return value
 
 
+def verbose(environ: Mapping[str, str] | None = None) -> bool:
+    """TFGPU_VERBOSE=1: show TensorFlow's and absl's log lines (as --verbose does)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(VERBOSE_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
     """TFGPU_* variables that tfgpu does not know (usually a typo), for doctor to point out."""
     environ = os.environ if environ is None else environ
-    known = set(RUNTIME_VARIABLES) | {STRATEGY_VARIABLE, PROGRESS_VARIABLE, ATTEMPT_VARIABLE}
+    known = set(RUNTIME_VARIABLES) | {
+        STRATEGY_VARIABLE,
+        PROGRESS_VARIABLE,
+        ATTEMPT_VARIABLE,
+        VERBOSE_VARIABLE,
+    }
     return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)
 
 

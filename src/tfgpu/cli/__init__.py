@@ -20,7 +20,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfgpu",
         description="Keep every accelerator busy for TensorFlow work.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log what tfgpu does (to stderr)")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log what tfgpu does, and let TensorFlow's own log lines through (TFGPU_VERBOSE=1 too)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:
@@ -30,8 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tfgpu import env, quiet
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.verbose = args.verbose or env.verbose()
+    if not args.verbose:
+        quiet.install()
     _common.setup_logging(verbose=args.verbose)
     return _common.guarded(lambda: args.run(args), verbose=args.verbose)
 

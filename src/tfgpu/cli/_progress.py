@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterator
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from tfgpu import env
+from tfgpu import env, quiet
 
 LINE_EVERY_S = 5.0
 
 
 def _mode() -> str:
-    return env.progress_mode() or ("bar" if sys.stderr.isatty() else "lines")
+    return env.progress_mode() or ("bar" if quiet.stderr_is_terminal() else "lines")
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import dataclasses
 import sys
 import time
 
+from tfgpu import quiet
 from tfgpu.cli import _common
 from tfgpu.errors import InputError
 from tfgpu.train.options import DEFAULT_LOG_EVERY
@@ -44,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _progress_printer(json_mode: bool):
     from tfgpu import env
 
-    mode = env.progress_mode() or ("bar" if sys.stderr.isatty() else "lines")
+    mode = env.progress_mode() or ("bar" if quiet.stderr_is_terminal() else "lines")
     last = [0.0]
 
     def show(p) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
-from tfgpu import env
+from tfgpu import env, quiet
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan
 
 TAIL_LINES = 20
@@ -55,8 +55,12 @@ class _Running:
         self.reader.start()
 
     def _pump(self, stream: IO[bytes], sink: Callable[[str, bytes], None]) -> None:
+        filtering = quiet.active()  # the children's TensorFlow log lines, as the CLI's own
         for line in iter(stream.readline, b""):
-            self.tail.append(line.decode(errors="replace").rstrip("\n"))
+            text = line.decode(errors="replace").rstrip("\n")
+            if filtering and quiet.is_noise(text):
+                continue
+            self.tail.append(text)
             sink(self.plan.label, line)
         stream.close()
 
