@@ -2,7 +2,19 @@
 VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# CUDA=auto (default): TensorFlow with its CUDA libraries (tfgpu[and-cuda]) when an NVIDIA driver is
+# present, the plain wheel otherwise; CUDA=yes or CUDA=no forces it (make demo CUDA=no).
+CUDA ?= auto
+comma := ,
+ifeq ($(CUDA),auto)
+WITH_CUDA := $(shell test -e /proc/driver/nvidia/version && echo yes || echo no)
+else ifneq ($(filter yes no,$(CUDA)),)
+WITH_CUDA := $(CUDA)
+else
+$(error CUDA must be auto, yes or no, got '$(CUDA)')
+endif
+EXTRAS := dev$(if $(filter yes,$(WITH_CUDA)),$(comma)and-cuda)
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # The Estimator lane: TensorFlow 2.15, the last release with tf.estimator (Python <= 3.11).
 LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
@@ -13,7 +25,8 @@ LEGACY_STAMP := $(LEGACY_VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
+	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 # tfgpu itself requires TensorFlow >= 2.16, so the lane installs it without dependencies and pins

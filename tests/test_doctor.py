@@ -76,7 +76,7 @@ def test_missing_cuda_libraries_read_from_tensorflow_log():
     head = found["tensorflow-gpus"]
     assert head.status == "fail"
     assert "sees 0 of the 1 GPU(s)" in head.finding and "cannot load the CUDA/cuDNN libraries" in head.finding
-    assert "tensorflow[and-cuda]" in head.fix
+    assert "tensorflow[and-cuda]" in head.fix and 'pip install "tfgpu[and-cuda]"' in head.fix
     assert found["_report"].exit_code == 1
 
 
@@ -206,6 +206,9 @@ def test_known_issues_from_the_table():
     assert "known:tensorflow#63341" not in found
     older = checks("no-driver", probe(tensorflow="2.16.1"))
     assert "known:tensorflow#63341" in older
+    # TensorBoard missing from TensorFlow 2.21's dependencies: said only when it is not installed
+    assert "known:tf-2.21-no-tensorboard" in found
+    assert "known:tf-2.21-no-tensorboard" not in checks("no-driver", probe(packages=["tensorboard"]))
 
 
 def test_estimator_presence_reported():

@@ -17,7 +17,7 @@ from tfgpu.errors import ClusterError
 from tfgpu.estimator import GUIDE, install_line
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-INSTALL_GPU_TF = 'pip install "tensorflow[and-cuda]"'
+INSTALL_GPU_TF = 'pip install "tfgpu[and-cuda]"'  # pulls "tensorflow[and-cuda]"
 
 
 @dataclass(frozen=True)
@@ -328,7 +328,8 @@ _LOG_CAUSES: tuple[tuple[str, str, str], ...] = (
     (
         "Cannot dlopen some GPU libraries",
         "TensorFlow cannot load the CUDA/cuDNN libraries",
-        f"{INSTALL_GPU_TF} (pip installs matching CUDA libraries), or add the CUDA libraries to LD_LIBRARY_PATH",
+        f'{INSTALL_GPU_TF} or pip install "tensorflow[and-cuda]" (pip installs matching CUDA libraries), '
+        "or add the CUDA libraries to LD_LIBRARY_PATH",
     ),
     (
         "minimum required Cuda capability",
@@ -435,7 +436,10 @@ def check_known_issues(f: Facts) -> list[CheckResult]:
     if not f.tf_ok:
         return []
     found = known_issues.applicable(
-        f.tf["tensorflow"], f.tf.get("keras"), estimator_package=bool(f.tf.get("estimator_package"))
+        f.tf["tensorflow"],
+        f.tf.get("keras"),
+        estimator_package=bool(f.tf.get("estimator_package")),
+        installed=frozenset(f.tf.get("packages", ())),
     )
     return [CheckResult(f"known:{i.key}", WARN, i.title, f"{i.fix} (see {i.link})") for i in found]
 

@@ -21,9 +21,19 @@ class KnownIssue:
     keras: tuple[str, str] = ("0", "999")
     fix: str = ""
     only_with_estimator_package: bool = False
+    only_without_package: str | None = None  # applies only when this package is not installed
 
-    def applies(self, tf_version: Version, keras_version: Version | None, *, estimator_package: bool) -> bool:
+    def applies(
+        self,
+        tf_version: Version,
+        keras_version: Version | None,
+        *,
+        estimator_package: bool,
+        installed: frozenset[str] = frozenset(),
+    ) -> bool:
         if self.only_with_estimator_package and not estimator_package:
+            return False
+        if self.only_without_package and self.only_without_package in installed:
             return False
         in_tf = parse_version(self.tensorflow[0]) <= tf_version < parse_version(self.tensorflow[1])
         if keras_version is None:
@@ -71,14 +81,23 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         link="https://github.com/tensorflow/tensorflow/releases/tag/v2.21.0",
         tensorflow=("2.21", "999"),
         fix="pip install tensorboard xprof to view `tfgpu profile` traces",
+        only_without_package="tensorboard",
     ),
 )
 
 
 def applicable(
-    tf_version: str, keras_version: str | None, *, estimator_package: bool = False
+    tf_version: str,
+    keras_version: str | None,
+    *,
+    estimator_package: bool = False,
+    installed: frozenset[str] = frozenset(),
 ) -> list[KnownIssue]:
-    """The known issues that affect these installed versions."""
+    """The known issues that affect these installed versions (and packages)."""
     tfv = parse_version(tf_version)
     kv = parse_version(keras_version) if keras_version else None
-    return [i for i in KNOWN_ISSUES if i.applies(tfv, kv, estimator_package=estimator_package)]
+    return [
+        i
+        for i in KNOWN_ISSUES
+        if i.applies(tfv, kv, estimator_package=estimator_package, installed=installed)
+    ]

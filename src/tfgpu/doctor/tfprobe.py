@@ -9,6 +9,7 @@ never initializes TensorFlow's GPU runtime in the caller, so a program may call 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -102,6 +103,7 @@ def _gather(tf: Any) -> dict[str, Any]:
         "gpus": details,
         "estimator": hasattr(tf, "estimator") and hasattr(tf.estimator, "Estimator"),
         "estimator_package": estimator_package,
+        "packages": sorted(name for name in ("tensorboard", "xprof") if importlib.util.find_spec(name)),
     }
 
 
