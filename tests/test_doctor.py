@@ -230,6 +230,8 @@ def test_environment_problems():
         },
     )
     assert found["tf-config"].status == "fail" and "host:port" in found["tf-config"].finding
+    # the headline names what failed, not the GPU question that passed (issue 17)
+    assert found["_report"].headline.startswith("tf-config: ") and "host:port" in found["_report"].headline
     assert (
         found["tfgpu-variables"].status == "warn"
         and "TFGPU_MEMORY_GROWHT" in found["tfgpu-variables"].finding

@@ -62,10 +62,12 @@ def replica_agreement(tf: Any, strategy: Any | None = None) -> dict[str, Any]:
     import keras
     import numpy as np
 
-    if strategy is None:
+    if strategy is None:  # a correctness check: reduce through one device, whatever the devices
         gpus = tf.config.list_logical_devices("GPU")
         pool = gpus if len(gpus) >= 2 else tf.config.list_logical_devices("CPU")
-        strategy = tf.distribute.MirroredStrategy([d.name for d in pool[:2]])
+        strategy = tf.distribute.MirroredStrategy(
+            [d.name for d in pool[:2]], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
     devices = list(getattr(strategy.extended, "worker_devices", ()))
     start = _model(keras).get_weights()
     single = train_losses(tf.distribute.OneDeviceStrategy(devices[0] if devices else "/cpu:0"), start)

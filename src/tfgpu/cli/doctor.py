@@ -27,7 +27,7 @@ def render(report: doctor.DoctorReport, *, console=None) -> None:
     table = Table(title="tfgpu doctor", show_lines=False, expand=False)
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
-    table.add_column("finding (and fix)")
+    table.add_column("finding (and fix)", overflow="fold")  # a link folds, never cut to "..."
     for check in report.checks:
         style = _common.STATUS_STYLE[check.status]
         text = escape(check.finding) + (f"\n[cyan]fix:[/] {escape(check.fix)}" if check.fix else "")

@@ -46,7 +46,14 @@ class DoctorReport:
 
     @property
     def headline(self) -> str:
-        return self.checks[0].finding if self.checks else "no checks ran"
+        """Whether TensorFlow uses the GPUs (the first check), unless another check failed: then
+        that failure, since it is what stops the user."""
+        if not self.checks:
+            return "no checks ran"
+        first, failed = self.checks[0], self.failed
+        if failed and first.status != FAIL:
+            return f"{failed[0].name}: {failed[0].finding}"
+        return first.finding
 
     @property
     def exit_code(self) -> int:

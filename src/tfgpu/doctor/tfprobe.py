@@ -20,6 +20,8 @@ from typing import Any
 
 from tfgpu import selfcheck
 
+DEEP_GPU_MB = 1024  # each of the two logical GPUs --deep makes of a single GPU
+
 # TensorFlow log lines that explain why a GPU is not used.
 LOG_PATTERNS = (
     r"Cannot dlopen some GPU libraries",
@@ -133,7 +135,11 @@ def main(argv: list[str]) -> int:
         if deep:
             import tensorflow as tf
 
-            if len(tf.config.list_physical_devices("GPU")) < 2:
+            gpus = tf.config.list_physical_devices("GPU")
+            if len(gpus) == 1:  # two replicas on the one GPU, so the check runs the GPU's path
+                half = tf.config.LogicalDeviceConfiguration(memory_limit=DEEP_GPU_MB)
+                tf.config.set_logical_device_configuration(gpus[0], [half, half])
+            elif not gpus:
                 cpu = tf.config.list_physical_devices("CPU")[0]
                 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         import tensorflow as tf
