@@ -16,6 +16,35 @@ import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 LOGICAL_CPUS = 3
+# Tests that do not test GPU code hide the GPU, here and in every process they start: on a GPU
+# host each test process would otherwise initialize the GPU (seconds each, and its memory). Tests
+# marked ``gpu`` give it back to the processes they start (``gpu_environ``), and are skipped
+# where there is no GPU.
+GPU_VISIBLE = os.environ.get("CUDA_VISIBLE_DEVICES")
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+
+def gpu_environ() -> dict[str, str]:
+    """The variables that give a child process the GPUs this test run was given (for ``env=``)."""
+    from tfgpu import nvml
+
+    if GPU_VISIBLE is not None:
+        return {"CUDA_VISIBLE_DEVICES": GPU_VISIBLE}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(nvml.probe().gpus)))}
+
+
+def has_gpu() -> bool:
+    from tfgpu import nvml
+
+    return bool(nvml.probe().gpus)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if any("gpu" in item.keywords for item in items) and not has_gpu():
+        skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine (NVML finds none)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
