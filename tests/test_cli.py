@@ -77,6 +77,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))
     assert data["diagnose"]["naive pipeline"]["bottleneck"] in ("input", "host", "device")
     assert data["prediction"]["predicted_rows"] == 160
+    assert set(data["phases"]) == {"doctor", "data", "diagnose", "train", "predict", "report"}
+    assert data["data"]["images_generated"] and data["data"]["shards_reused"] == 0
     page = (tmp_path / "r.html").read_text()
     for section in (
         "Environment",

@@ -10,8 +10,10 @@ strategy tfgpu picks (2 logical CPU devices on a CPU machine, so the distributed
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,8 @@ class DemoResult:
     accuracy: float = 0.0
     report: str | None = None
     seconds: float = 0.0
+    data: dict[str, Any] = field(default_factory=dict)  # images, generated or reused; shards
+    phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
 
     @property
     def ok(self) -> bool:
@@ -56,6 +60,8 @@ class DemoResult:
             "chance": 1 / len(CLASSES),
             "workdir": self.workdir,
             "report": self.report,
+            "data": self.data,
+            "phases": self.phases,
             "seconds": round(self.seconds, 1),
             "choices": self.choices,
             "diagnose": {k: slim(v) for k, v in self.diagnose.items()},
@@ -81,12 +87,13 @@ def _pattern(kind: int, rng: np.random.Generator) -> np.ndarray:
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def make_images(root: Path) -> None:
-    """JPEG files, one folder per class, for a training and a held-out split (skipped when present)."""
+def make_images(root: Path) -> bool:
+    """JPEG files, one folder per class, for a training and a held-out split; False when they were
+    already there."""
     from PIL import Image
 
     if (root / "done").exists():
-        return
+        return False
     rng = np.random.default_rng(0)
     for split, count in (("train", TRAIN_PER_CLASS), ("heldout", HELDOUT_PER_CLASS)):
         for label, name in enumerate(CLASSES):
@@ -95,6 +102,7 @@ def make_images(root: Path) -> None:
             for i in range(count):
                 Image.fromarray(_pattern(label, rng)).save(folder / f"{i:04d}.jpg", quality=90)
     (root / "done").write_text("ok")
+    return True
 
 
 def build_model() -> Any:
@@ -149,28 +157,41 @@ def run_demo(
     runtime.configure(logical_cpus=None if has_gpu else 2, precision="auto", seed=0)
     if not has_gpu:
         choices.record("devices", "2 logical CPU devices", "no GPU: exercise the distributed path")
-    report_doctor = doctor.run()
+    phases: dict[str, float] = {}
+    clock = _Clock(phases)
+    with clock("doctor"):
+        report_doctor = doctor.run()
     work = Path(workdir)
-    make_images(work / "images")
 
     import tfgpu
     from tfgpu import data
     from tfgpu.diagnose import diagnose
     from tfgpu.predict import PredictOptions, predict, read_output
 
-    options = data.ConvertOptions(min_shards=8, resize=(SIZE, SIZE))  # a fixed shape in the manifest
-    data.convert(work / "images" / "train", work / "train", options=options)
-    data.convert(
-        work / "images" / "heldout",
-        work / "heldout",
-        options=data.ConvertOptions(min_shards=4, image_format="raw"),
-    )
+    with clock("data"):
+        generated = make_images(work / "images")
+        options = data.ConvertOptions(min_shards=8, resize=(SIZE, SIZE))  # a fixed shape in the manifest
+        converted = [
+            data.convert(work / "images" / "train", work / "train", options=options),
+            data.convert(
+                work / "images" / "heldout",
+                work / "heldout",
+                options=data.ConvertOptions(min_shards=4, image_format="raw"),
+            ),
+        ]
+    dataset = {
+        "images": (TRAIN_PER_CLASS + HELDOUT_PER_CLASS) * len(CLASSES),
+        "images_generated": generated,
+        "shards": sum(c.shards_written + c.shards_reused for c in converted),
+        "shards_reused": sum(c.shards_reused for c in converted),
+    }
 
     def flip(e: dict[str, Any]) -> dict[str, Any]:
         import tensorflow as tf
 
         return {**e, "image": tf.image.random_flip_left_right(e["image"])}
 
+    clock.start("diagnose")
     found = {
         "naive pipeline": diagnose(
             _naive(work / "images" / "train"), model=_compiled(), steps=15, warmup=3
@@ -184,6 +205,7 @@ def run_demo(
             warmup=3,
         ).to_dict(),
     }
+    clock.start("train")
     task = tfgpu.Task(
         model=build_model,
         loss="sparse_categorical_crossentropy",
@@ -200,6 +222,7 @@ def run_demo(
     trained = trainer.fit(epochs=epochs)
     model_path = work / "model.keras"
     trainer.model.save(model_path)
+    clock.start("predict")
     predicted = predict(
         str(model_path),
         str(work / "heldout"),
@@ -210,6 +233,7 @@ def run_demo(
     logits = next(v for k, v in read_output(work / "predictions").items() if k != "row_id")
     labels = np.concatenate([b["label"].numpy() for b in data.pipeline(work / "heldout", batch_size=256)])
     accuracy = float(np.mean(np.argmax(logits, axis=-1) == labels))
+    clock.start("report")
     result = DemoResult(
         doctor=report_doctor,
         workdir=str(work),
@@ -218,10 +242,39 @@ def run_demo(
         training=trained.to_dict(),
         prediction=predicted.to_dict(),
         accuracy=accuracy,
+        data=dataset,
+        phases=phases,
     )
-    result.seconds = time.perf_counter() - started
     from tfgpu.report.runs import save_run, write_report
 
     save_run(work, "demo", result.to_dict(full=True))
     result.report = str(write_report(work, report))
+    clock.stop()
+    result.seconds = time.perf_counter() - started
     return result
+
+
+class _Clock:
+    """Seconds per phase: ``with clock(name)`` or ``clock.start(name)`` until the next one."""
+
+    def __init__(self, phases: dict[str, float]) -> None:
+        self.phases = phases
+        self._current: tuple[str, float] | None = None
+
+    def start(self, name: str) -> None:
+        self.stop()
+        self._current = (name, time.perf_counter())
+
+    def stop(self) -> None:
+        if self._current is not None:
+            name, began = self._current
+            self.phases[name] = round(time.perf_counter() - began, 2)
+            self._current = None
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.start(name)
+        try:
+            yield
+        finally:
+            self.stop()

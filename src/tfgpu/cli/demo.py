@@ -29,9 +29,19 @@ def run(args: argparse.Namespace) -> int:
         _common.print_json(result.to_dict())
         return 0 if result.ok else 1
     out = _common.out
+    took = {name: f" [dim]({seconds:.1f} s)[/]" for name, seconds in result.phases.items()}
     out.print(
-        f"[bold]doctor:[/] {result.doctor.headline} ({len(result.doctor.failed)} failed, {len(result.doctor.warnings)} warnings)"
+        f"[bold]doctor:[/] {result.doctor.headline} ({len(result.doctor.failed)} failed, "
+        f"{len(result.doctor.warnings)} warnings){took.get('doctor', '')}"
     )
+    d = result.data
+    images = "reused" if not d.get("images_generated") else "generated"
+    shards = (
+        f"reused all {d['shards']}"
+        if d["shards_reused"] == d["shards"]
+        else f"wrote {d['shards'] - d['shards_reused']} of {d['shards']}"
+    )
+    out.print(f"[bold]data:[/] {d['images']} JPEG images {images}; shards: {shards}{took.get('data', '')}")
     out.print(choices.summary_line())
     for name, found in result.diagnose.items():
         top = found["advice"][0]
@@ -39,13 +49,16 @@ def run(args: argparse.Namespace) -> int:
             f"[bold]diagnose {name}:[/] {found['verdict']}; {found['together_examples_per_s']:,.0f} examples/s, "
             f"top advice {top['kind']} ({top['estimated_speedup']:.2f}x)"
         )
+    out.print(f"[bold]diagnose:[/] both pipelines measured{took.get('diagnose', '')}")
     t = result.training
     out.print(
-        f"[bold]train:[/] {t['steps']} steps on {t['replicas']} replicas, {t['examples_per_s']:,.0f} examples/s; {t['verdict']}"
+        f"[bold]train:[/] {t['steps']} steps on {t['replicas']} replicas, {t['examples_per_s']:,.0f} examples/s; "
+        f"{t['verdict']}{took.get('train', '')}"
     )
     p = result.prediction
     out.print(
-        f"[bold]predict:[/] {p['predicted_rows']} held-out rows, {p['rows_per_s']:,.0f} rows/s on {p['replicas']} replicas"
+        f"[bold]predict:[/] {p['predicted_rows']} held-out rows, {p['rows_per_s']:,.0f} rows/s on "
+        f"{p['replicas']} replicas{took.get('predict', '')}"
     )
     style = "green" if result.ok else "bold red"
     out.print(f"[{style}]held-out accuracy {result.accuracy:.1%}[/] (chance 25%) in {result.seconds:.0f} s")
