@@ -188,3 +188,18 @@ def predict_as_worker(model: str, data: str, out: str) -> dict[str, Any]:
     from tfgpu.predict import PredictOptions, predict
 
     return predict(model, data, out, options=PredictOptions(batch_size=64, rows_per_shard=200)).to_dict()
+
+
+def train_arrays_on_workers(per_replica: int, epochs: int) -> dict[str, Any]:
+    """A worker of a 2-worker cluster: train on arrays in memory (each worker its slice of every
+    global batch), return the weights."""
+    import dataclasses
+
+    import tfgpu
+    from tasks import arrays, make_task
+
+    x, y = arrays()
+    task = dataclasses.replace(make_task(per_replica), train_data=(x, y), eval_data=(x, y))
+    trainer = tfgpu.Trainer(task, monitor_gpus=False)
+    trainer.fit(epochs=epochs)
+    return {"weights": trainer.model.get_weights(), "examples": trainer.evaluate()["examples"]}

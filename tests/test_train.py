@@ -369,6 +369,16 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
     assert_same_weights(resumed.model.get_weights(), reference.model.get_weights())
 
 
+@pytest.mark.slow
+def test_arrays_on_two_workers_match_one_device():
+    reference = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
+    reference.fit(epochs=2)
+    results = run_cluster("bodies:train_arrays_on_workers", workers=2, args=(GLOBAL // 2, 2), timeout=300)
+    for result in results.values():
+        assert_same_weights(result["weights"], reference.model.get_weights())
+        assert result["examples"] == 1001
+
+
 def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
     from tfgpu.train.inputs import Input
 
