@@ -369,28 +369,10 @@ def test_a_rerun_with_another_input_or_model_is_refused_until_overwrite(files, t
     assert sorted(p.name for p in out.glob("part-*")) == kept
     resumed = run(files, files["root"] / "x.npy", out, 1, rows_per_shard=200)  # the same run resumes
     assert resumed.resumed_from_row == 600 and resumed.predicted_rows == 401
-    done = run_cli(
-        "predict",
-        str(files["root"] / "m.keras"),
-        str(other),
-        str(out),
-        "--batch-size",
-        "64",
-        "--rows-per-shard",
-        "200",
-    )
+    args = ("predict", str(files["root"] / "m.keras"), str(other), str(out), "--batch-size", "64")
+    done = run_cli(*args, "--rows-per-shard", "200")
     assert done.returncode == 2 and "--overwrite" in done.stderr and "Traceback" not in done.stderr
-    done = run_cli(
-        "predict",
-        str(files["root"] / "m.keras"),
-        str(other),
-        str(out),
-        "--batch-size",
-        "64",
-        "--rows-per-shard",
-        "200",
-        "--overwrite",
-    )
+    done = run_cli(*args, "--rows-per-shard", "200", "--overwrite")
     assert done.returncode == 0, done.stderr[-2000:]
     result = read_output(out)
     assert np.array_equal(result["row_id"], np.arange(1001))
