@@ -294,7 +294,9 @@ class Trainer:
                 return per_epoch is not None and self._counters["epoch_step"] >= per_epoch
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
-            taken = int(stats["steps"])  # a host-side counter: reading it does not wait for the device
+            # with the epoch's length known (arrays) every execution takes its limit; otherwise
+            # read the count, a host-side int32 that does not wait for the device
+            taken = limit if per_epoch is not None else int(stats["steps"])
             warm_up = None if self._warm else time.perf_counter() - called
             window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
             epoch_start, self._warm = False, True
