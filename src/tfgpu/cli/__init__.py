@@ -12,7 +12,18 @@ import sys
 
 from tfgpu.cli import _common
 
-SUBCOMMANDS = ("doctor", "convert", "diagnose", "profile", "train", "predict", "launch", "report", "demo")
+SUBCOMMANDS = (
+    "doctor",
+    "convert",
+    "diagnose",
+    "profile",
+    "train",
+    "predict",
+    "launch",
+    "data-service",
+    "report",
+    "demo",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:
-        module = importlib.import_module(f"tfgpu.cli.{name}")
+        module = importlib.import_module(f"tfgpu.cli.{name.replace('-', '_')}")
         module.register(sub)
     return parser
 

@@ -38,6 +38,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
     p.add_argument("--log-dir", help="TensorBoard scalars and the run record (tfgpu report LOG_DIR)")
+    p.add_argument(
+        "--data-service",
+        metavar="ADDRESS",
+        help="read the Task's dataset directories through this tf.data service (tfgpu data-service prints it)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(run=run)
 
@@ -84,6 +89,14 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.batch_size:
         task = dataclasses.replace(task, batch_size=args.batch_size)
+    if args.data_service:
+        if callable(task.train_data) or isinstance(task.train_data, tuple | list):
+            raise InputError(
+                "--data-service reads tfgpu dataset directories, but the Task's train_data is not one",
+                value=type(task.train_data).__name__,
+                fix="convert the data with tfgpu convert and set train_data to the directory",
+            )
+        task = dataclasses.replace(task, pipeline={**task.pipeline, "service": args.data_service})
     options = tfgpu.TrainOptions(
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,

@@ -261,6 +261,8 @@ def plan(
     seed: int | None = None,
     shuffle_files: bool | None = None,
     autotune: bool = False,
+    service: str | None = None,
+    exactly_once: bool | None = None,
 ) -> PipelinePlan:
     """The stages of :func:`pipeline` (same arguments), for building or measuring stage by stage."""
     import tensorflow as tf
@@ -424,9 +426,27 @@ def plan(
         stages.append(Stage("shuffle", shuffle_stage, str(buffer)))
         if augment is not None and not fuse_augment:
             stages.append(Stage("augment", augment_stage, getattr(augment, "__name__", "augment")))
+    if service and per_element:  # the service reads, parses, decodes, augments; batching stays here
+        stages.append(
+            _service_stage(
+                tf,
+                service,
+                exactly_once=not training if exactly_once is None else exactly_once,
+                decisions=decisions,
+            )
+        )
     if per_element:
         stages.append(
             Stage("batch", batch_stage, f"{batch_size}, drop_remainder={drop_remainder}", batch_size)
+        )
+    elif service:  # whole batches were parsed vectorized: they cross as batches
+        stages.append(
+            _service_stage(
+                tf,
+                service,
+                exactly_once=not training if exactly_once is None else exactly_once,
+                decisions=decisions,
+            )
         )
     stages.append(Stage("prefetch", finish_stage, "AUTOTUNE", batch_size))
     for key, value in decisions.items():
@@ -453,12 +473,39 @@ def pipeline(source: Any, *, batch_size: int, **options: Any) -> Any:
         autotune: let tf.data's autotuner set parallelism and buffers. Off by default: every
             parallel stage runs one call per core, because on a 2-core machine the autotuner
             settled on one core's worth in about half the runs (docs/benchmarks.md).
+        service: a tf.data service address (``tfgpu data-service`` prints it): reading, parsing,
+            decoding and augmenting run on its workers, batching and prefetch here.
+        exactly_once: with ``service``, every example once per epoch (static sharding; the
+            default when not training) rather than dynamic sharding (the default for training).
 
     Elements are dicts of batched tensors (plus "id" when asked).
     """
     built = plan(source, batch_size=batch_size, **options).build()
     choices.announce()
     return built
+
+
+def _service_stage(tf: Any, service: str, *, exactly_once: bool, decisions: dict[str, str]) -> Stage:
+    """Everything before this stage runs on the tf.data service's workers.
+
+    Exactly once (evaluation's default): static sharding by file, or by record when files are too
+    few (FILE_OR_DATA; the service must know its workers, as `tfgpu data-service` sets up); each
+    element once per epoch. Otherwise dynamic sharding (distributed_epoch): workers take splits as
+    they are free, the fastest mode, and an element can be lost if a worker dies mid-epoch.
+    """
+    from tfgpu.data.service import reachable
+
+    reachable(service)
+    policy = tf.data.experimental.service.ShardingPolicy
+    mode = policy.FILE_OR_DATA if exactly_once else policy.DYNAMIC
+    decisions["service"] = (
+        f"{service}, {'exactly once (static sharding by file or record)' if exactly_once else 'dynamic sharding (distributed_epoch)'}"
+    )
+
+    def distribute(ds: Any) -> Any:
+        return ds.apply(tf.data.experimental.service.distribute(processing_mode=mode, service=service))
+
+    return Stage("service", distribute, decisions["service"])
 
 
 def parallel_options(tf: Any, *, autotune: bool) -> Any:
