@@ -105,3 +105,40 @@ def test_bad_addresses_and_ports():
         reachable(f"grpc://localhost:{port}", timeout_s=2)
     with pytest.raises(InputError, match="grpc://HOST:PORT"):
         reachable("localhost")
+
+
+def test_trainer_through_the_service_reaches_the_same_weights(tmp_path):
+    """One service worker, exactly once, no shuffle (the order fixed): under MirroredStrategy on
+    2 logical CPU devices the Trainer reaches the weights it reaches reading locally."""
+    import dataclasses
+
+    import numpy as np
+
+    import tfgpu
+    from tasks import arrays, make_task
+    from tfgpu import data
+    from tfgpu.data.service import DataService, ServiceOptions
+
+    x, y = arrays()
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    data.convert(
+        tmp_path / "d.npz", tmp_path / "ds", options=data.ConvertOptions(label="y", min_shards=4, workers=1)
+    )
+    fixed = {"shuffle_files": False, "shuffle_buffer": 1}
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+
+    def weights(pipeline):
+        task = dataclasses.replace(
+            make_task(12), train_data=str(tmp_path / "ds"), eval_data=None, pipeline=pipeline
+        )
+        trainer = tfgpu.Trainer(task, strategy=strategy, monitor_gpus=False)
+        trainer.fit(epochs=1)
+        return trainer.model.get_weights()
+
+    local = weights(fixed)
+    with DataService(ServiceOptions(workers=1)) as service:
+        served = weights({**fixed, "service": service.address, "exactly_once": True})
+    for a, b in zip(local, served, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -303,3 +303,20 @@ def test_the_verdict_follows_from_its_figures_and_repeats():
     )  # fmt: skip
     items = advice.advise(facts)
     assert [a.kind for a in items] == ["none"] and "prefetch" in items[0].detail
+
+
+def test_more_input_workers_says_how_many_hosts():
+    from tfgpu.diagnose import advice
+
+    assert advice.service_hosts(17.9, 2) == 8 and advice.service_hosts(3.0, 2) == 1
+    facts = advice.Facts(
+        pipeline_rate=1000, device_rate=9000, together_rate=1000, cores=2, cpu_s_per_example=0.002,
+        stages=[], prefetch_at_end=True, input_bound="highly", host_overhead=0.0,
+        deterministic_prefix_share=0.0, fits_in_memory=True, gpu_model=False,
+    )  # fmt: skip
+    item = next(a for a in advice.advise(facts) if a.kind == "more-input-workers")
+    assert (
+        "needs 18.0 cores" in item.detail
+        and "8 more host(s)" in item.detail
+        and "--data-service" in item.detail
+    )

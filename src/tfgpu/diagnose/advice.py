@@ -9,6 +9,7 @@ over R, since input and device still take turns.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -60,6 +61,11 @@ class Facts:
     deterministic_prefix_share: float  # share of pipeline time before the first random stage
     fits_in_memory: bool
     gpu_model: bool  # a real model on a GPU with fast fp16 / bf16
+
+
+def service_hosts(cores_needed: float, cores: int) -> int:
+    """Hosts of ``cores`` cores that supply what this one cannot (one worker process per core)."""
+    return max(1, math.ceil((cores_needed - cores) / max(cores, 1)))
 
 
 def _gain(f: Facts, new_pipeline_rate: float) -> float:
@@ -168,7 +174,9 @@ def advise(f: Facts) -> list[Advice]:
                 "more-input-workers",
                 f"feeding {f.device_rate:,.0f} examples/s needs {needed:.1f} cores at "
                 f"{f.cpu_s_per_example * 1000:.2f} ms CPU per example; this machine has {f.cores}: "
-                "add tf.data service workers, or preprocess offline",
+                f"a tf.data service with the cores of {service_hosts(needed, f.cores)} more host(s) like "
+                "this one would supply it (tfgpu data-service, docs/data-service.md; then tfgpu train "
+                "--data-service ADDRESS or tfgpu.data.pipeline(..., service=ADDRESS)), or preprocess offline",
                 max(1.0, f.device_rate / best_local),
             )
         )
