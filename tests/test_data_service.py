@@ -142,3 +142,11 @@ def test_trainer_through_the_service_reaches_the_same_weights(tmp_path):
         served = weights({**fixed, "service": service.address, "exactly_once": True})
     for a, b in zip(local, served, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_worker_that_dies_stops_the_service():
+    from tfgpu.data.service import DataService, ServiceOptions
+
+    with DataService(ServiceOptions(workers=1)) as service:
+        service._workers[0].kill()
+        assert service.wait(poll_s=0.05) == 1 and service.failed_worker()[0] == 0

@@ -121,7 +121,7 @@ class DataService:
             while not stop["signal"]:
                 failed = self.failed_worker()
                 if failed is not None:
-                    return failed[1] or 1
+                    return failed[1] if failed[1] > 0 else 1  # killed by a signal: 1
                 time.sleep(poll_s)
             return 0
         finally:
