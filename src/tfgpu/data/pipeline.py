@@ -426,27 +426,12 @@ def plan(
         stages.append(Stage("shuffle", shuffle_stage, str(buffer)))
         if augment is not None and not fuse_augment:
             stages.append(Stage("augment", augment_stage, getattr(augment, "__name__", "augment")))
-    if service and per_element:  # the service reads, parses, decodes, augments; batching stays here
-        stages.append(
-            _service_stage(
-                tf,
-                service,
-                exactly_once=not training if exactly_once is None else exactly_once,
-                decisions=decisions,
-            )
-        )
+    if service:  # the service reads, parses, decodes, augments; batching (per element) stays here
+        once = not training if exactly_once is None else exactly_once
+        stages.append(_service_stage(tf, service, exactly_once=once, decisions=decisions))
     if per_element:
         stages.append(
             Stage("batch", batch_stage, f"{batch_size}, drop_remainder={drop_remainder}", batch_size)
-        )
-    elif service:  # whole batches were parsed vectorized: they cross as batches
-        stages.append(
-            _service_stage(
-                tf,
-                service,
-                exactly_once=not training if exactly_once is None else exactly_once,
-                decisions=decisions,
-            )
         )
     stages.append(Stage("prefetch", finish_stage, "AUTOTUNE", batch_size))
     for key, value in decisions.items():
