@@ -202,13 +202,15 @@ class Trainer:
         """Start counting epochs and steps from zero again (the weights stay)."""
         self._counters = {"step": 0, "epoch": 0, "epoch_step": 0}
 
-    def _limit(self, steps: int | None) -> int:
-        """Steps for the next execution: K, cut at the next log point, checkpoint and the end."""
+    def _to_boundary(self, steps: int | None, per_epoch: int | None) -> int:
+        """Steps until the next log point or checkpoint, the epoch's end (when known) or ``steps``."""
         step = self._counters["step"]
-        k = self.options.execution_steps
-        for every in self.options.boundaries():
-            k = min(k, every - step % every)
-        return k if steps is None else min(k, steps - step)
+        left = [every - step % every for every in self.options.boundaries()]
+        if steps is not None:
+            left.append(steps - step)
+        if per_epoch is not None:
+            left.append(per_epoch - self._counters["epoch_step"])
+        return min(left)
 
     def _constant(self, value: int) -> Any:
         import tensorflow as tf
@@ -286,9 +288,7 @@ class Trainer:
         window = Window(epoch, self._counters["step"])
         epoch_start = True
         while True:
-            limit = self._limit(steps)
-            if per_epoch is not None:
-                limit = min(limit, per_epoch - self._counters["epoch_step"])
+            limit = min(self.options.execution_steps, self._to_boundary(steps, per_epoch))
             if limit <= 0:  # ``steps`` reached, or resumed at the very end of an epoch
                 run.close(window)
                 return per_epoch is not None and self._counters["epoch_step"] >= per_epoch
@@ -381,9 +381,7 @@ class Trainer:
         with self._run_log(steps) as run:
             while self._counters["step"] < steps:
                 window = Window(self._counters["epoch"], self._counters["step"], workers=workers)
-                todo = self._limit(steps)
-                if per_epoch:
-                    todo = min(todo, per_epoch - self._counters["epoch_step"])
+                todo = self._to_boundary(steps, per_epoch or None)  # one window, in executions of K
                 chunks = [
                     min(self.options.execution_steps, todo - i)
                     for i in range(0, todo, self.options.execution_steps)
