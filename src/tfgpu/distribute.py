@@ -192,3 +192,20 @@ def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
 def on_host_cpu(devices: tuple[str, ...]) -> bool:
     """True when every replica runs on a CPU device: input needs no copy to the device there."""
     return all("CPU" in d.upper() for d in devices)
+
+
+def input_strategy(strategy: Any, *, in_cluster: bool = False) -> Any | None:
+    """The strategy whose distributed iterator feeds ``strategy``'s replicas; None: iterate the
+    dataset as it is.
+
+    One replica on the host CPU outside a cluster needs no copy to a device, and the distributed
+    iterator's bookkeeping measured about 20% of a small step there. Elsewhere the distributed
+    iterator fetches each batch to its device ahead of the step; TensorFlow's default strategy
+    does not, so a OneDeviceStrategy on its device feeds it.
+    """
+    import tensorflow as tf
+
+    devices, default = replica_devices(strategy)
+    if int(strategy.num_replicas_in_sync) == 1 and not in_cluster and on_host_cpu(devices):
+        return None
+    return tf.distribute.OneDeviceStrategy(devices[0]) if default else strategy

@@ -253,7 +253,6 @@ def predict(
     options made it, and another run there is an InputError unless ``overwrite`` (which deletes
     the predictions there first).
     """
-    import tensorflow as tf
 
     out = check_output_directory(output, command="tfgpu predict")
     options = options or PredictOptions()
@@ -299,16 +298,8 @@ def predict(
         if any(None in v.shape[1:] for v in specs.values()):  # batches' outputs cannot be joined
             per_call, why = 1, "outputs of variable shape"
         choices.record("predict.steps_per_execution", per_call, why)
-        devices, _ = distribute.replica_devices(strategy)
-        # one replica on the host CPU takes the batches as they are (the distributed iterator
-        # costs ~20% there); elsewhere it copies each batch to its device ahead of the step
-        direct = replicas == 1 and distribute.on_host_cpu(devices)
-        if direct:
-            iterator = iter(ds)
-        elif replicas == 1:
-            iterator = iter(tf.distribute.OneDeviceStrategy(devices[0]).experimental_distribute_dataset(ds))
-        else:
-            iterator = iter(strategy.experimental_distribute_dataset(ds))
+        feed = distribute.input_strategy(strategy)
+        iterator = iter(ds if feed is None else feed.experimental_distribute_dataset(ds))
         _run(
             strategy,
             predictor,

@@ -77,7 +77,7 @@ class Trainer:
 
         self.strategy = strategy if strategy is not None else tfgpu.strategy()
         self.replicas = int(self.strategy.num_replicas_in_sync)
-        devices, default = distribute.replica_devices(self.strategy)
+        devices, _ = distribute.replica_devices(self.strategy)
         on_cpu = distribute.on_host_cpu(devices)
         if self.options.jit_compile and len(devices) > 1 and on_cpu:
             raise ConfigError(
@@ -87,13 +87,9 @@ class Trainer:
             )
         self.global_batch = task.batch_size * self.replicas
         spec = cluster.from_environ()
-        # one replica on the host CPU and no cluster: the dataset is iterated as it is
-        self._direct = self.replicas == 1 and spec is None and on_cpu
-        self._input_strategy = self.strategy
-        if default and not self._direct:  # the default strategy does not fetch to the device
-            import tensorflow as tf
-
-            self._input_strategy = tf.distribute.OneDeviceStrategy(devices[0])
+        feed = distribute.input_strategy(self.strategy, in_cluster=spec is not None)
+        self._direct = feed is None
+        self._input_strategy = feed or self.strategy
         self.is_chief = spec is None or spec.is_chief
         self.worker_name = f"{spec.task_type}-{spec.task_index}" if spec else "local"
         choices.record(
