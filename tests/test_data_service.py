@@ -144,9 +144,129 @@ def test_trainer_through_the_service_reaches_the_same_weights(tmp_path):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_a_worker_that_dies_stops_the_service():
+def test_a_worker_past_its_restarts_stops_the_service():
     from tfgpu.data.service import DataService, ServiceOptions
 
-    with DataService(ServiceOptions(workers=1)) as service:
+    with DataService(ServiceOptions(workers=1, max_restarts=0)) as service:
         service._workers[0].kill()
         assert service.wait(poll_s=0.05) == 1 and service.failed_worker()[0] == 0
+
+
+def slow_rows(n: int = 400):
+    """Elements that take a few ms each on a worker (a matmul), so a failure lands mid-epoch."""
+    work = tf.reduce_sum(tf.linalg.matmul(tf.random.normal([300, 300]), tf.random.normal([300, 300])))
+    return tf.data.Dataset.range(n).map(lambda x: x + tf.cast(work * 0, tf.int64))
+
+
+def read_with_failure(address: str, at: int, fail) -> list[int]:
+    reader = slow_rows().apply(tf.data.experimental.service.distribute("distributed_epoch", address))
+    rows = []
+    for i, value in enumerate(reader.as_numpy_iterator()):
+        rows.append(int(value))
+        if i == at:
+            fail()
+    return rows
+
+
+def test_a_worker_killed_mid_epoch_is_restarted_and_the_epoch_completes():
+    """TensorFlow's reader waits for a lost worker for ever; the service restarts it on its port,
+    and under dynamic sharding the epoch completes with every row at most once."""
+    import threading
+
+    from tfgpu.data.service import DataService, ServiceOptions
+
+    restarted = []
+    with DataService(ServiceOptions(workers=2)) as service:
+        stop = threading.Event()
+
+        def supervise():
+            while not stop.wait(0.2):
+                service.supervise(on_restart=lambda *a: restarted.append(a))
+
+        threading.Thread(target=supervise, daemon=True).start()
+        rows = read_with_failure(service.address, 50, lambda: service._workers[0].kill())
+        stop.set()
+    assert restarted == [(0, -signal.SIGKILL, 1)]
+    assert len(rows) == len(set(rows)) and len(rows) >= 350  # at most once: the killed split is skipped
+
+
+def test_a_service_restarted_on_its_work_dir_keeps_its_readers(tmp_path):
+    """Fault-tolerant mode: the dispatcher and its workers stopped mid-epoch and started again on
+    the same work directory come back on the same addresses; the reader goes on."""
+    from tfgpu.data.service import DataService, ServiceOptions
+    from tfgpu.errors import ConfigError
+
+    options = ServiceOptions(workers=2, work_dir=str(tmp_path / "state"))
+    services = [DataService(options).start()]
+
+    def restart():
+        services[0].stop()
+        services.append(DataService(options).start())
+
+    try:
+        rows = read_with_failure(services[0].address, 50, restart)
+    finally:
+        services[-1].stop()
+    first, second = services
+    assert (second.port, second.worker_ports) == (first.port, first.worker_ports)
+    assert len(rows) == len(set(rows)) and len(rows) >= 350
+    with pytest.raises(ConfigError, match="holds a service of 2 workers"):
+        DataService(ServiceOptions(workers=3, work_dir=options.work_dir)).start()
+
+
+def test_train_fails_in_bounded_time_when_the_service_goes_away(tmp_path):
+    """The service killed mid-training: tfgpu train stops with one message and exit 2 after
+    --data-service-timeout, instead of waiting for ever as TensorFlow's reader does."""
+    import numpy as np
+
+    from tfgpu import data
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "d.npz", x=rng.normal(size=(301, 4)).astype("float32"), y=rng.integers(0, 3, 301))
+    data.convert(tmp_path / "d.npz", tmp_path / "ds", options=data.ConvertOptions(label="y", workers=1))
+    (tmp_path / "job.py").write_text(
+        "import keras, tfgpu\n"
+        "def make_task():\n"
+        "    model = lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n"
+        f"    return tfgpu.Task(model=model, loss='sparse_categorical_crossentropy', from_logits=True,"
+        f" train_data={str(tmp_path / 'ds')!r}, batch_size=16)\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tfgpu.cli", "data-service", "--workers", "1", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    address = json.loads("".join(iter(server.stdout.readline, "}\n")) + "}")["address"]
+    train = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tfgpu.cli",
+            "train",
+            f"{tmp_path / 'job.py'}:make_task",
+            "--epochs",
+            "100000",
+            "--log-every",
+            "5",
+            "--data-service",
+            address,
+            "--data-service-timeout",
+            "3",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    try:
+        lines = iter(train.stderr.readline, "")
+        assert any(line.startswith("tfgpu train: step") for line in lines)  # training through the service
+        server.kill()
+        assert train.wait(timeout=60) == 2
+        message = train.stderr.read()
+        assert f"The tf.data service at {address} stopped answering 3 s ago" in message
+        assert "Traceback" not in message
+    finally:
+        for process in (server, train):
+            if process.poll() is None:
+                process.kill()

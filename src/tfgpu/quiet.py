@@ -87,3 +87,13 @@ def _restore() -> None:
     sys.stderr.flush()
     os.dup2(terminal, 2)  # type: ignore[arg-type]
     thread.join(timeout=2)  # type: ignore[union-attr]
+
+
+def exit_now(status: int) -> None:
+    """``os._exit`` for a process whose main thread is stuck inside TensorFlow, after the lines
+    already written reach the terminal (the filter's thread would die with them unsent)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _state:
+        _restore()
+    os._exit(status)

@@ -9,7 +9,7 @@ import time
 
 from tfgpu import quiet
 from tfgpu.cli import _common
-from tfgpu.errors import InputError
+from tfgpu.errors import ConfigError, InputError
 from tfgpu.train.options import DEFAULT_LOG_EVERY
 
 
@@ -43,8 +43,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="ADDRESS",
         help="read the Task's dataset directories through this tf.data service (tfgpu data-service prints it)",
     )
+    p.add_argument(
+        "--data-service-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="stop with an error when the tf.data service has not answered for S seconds (default 60)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     p.set_defaults(run=run)
+
+
+def _watch_service(address: str, *, timeout_s: float, checkpoint_dir: str | None) -> None:
+    """TensorFlow's reader waits for a lost dispatcher for ever; this stops the run with one message
+    (exit 2) instead. The reader is blocked inside TensorFlow, so the process exits from here."""
+    from tfgpu.data.service import watch
+
+    resume = (
+        "training resumes from the last checkpoint" if checkpoint_dir else "pass --checkpoint-dir to resume"
+    )
+
+    def lost(message: str) -> None:
+        error = InputError(
+            message,
+            value=address,
+            fix=f"restart it (tfgpu data-service --work-dir keeps its addresses) and run this command again; {resume}",
+        )
+        _common.err.print(f"[bold red]error:[/] {error.message}", soft_wrap=True)
+        quiet.exit_now(2)
+
+    watch(address, timeout_s=timeout_s, on_lost=lost)
 
 
 def _progress_printer(json_mode: bool):
@@ -97,6 +125,9 @@ def run(args: argparse.Namespace) -> int:
                 fix="convert the data with tfgpu convert and set train_data to the directory",
             )
         task = dataclasses.replace(task, pipeline={**task.pipeline, "service": args.data_service})
+        _watch_service(
+            args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
+        )
     options = tfgpu.TrainOptions(
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,

@@ -5,8 +5,16 @@ tf.data service runs the pipeline's expensive part on other processes and the tr
 finished elements over gRPC. ``DataService`` starts the dispatcher in this process and each
 worker in a process of its own (each runs its part of the pipeline on its own core), on free or
 given ports; the worker addresses are fixed up front, so static sharding (every element exactly
-once) works. With ``work_dir`` the dispatcher journals its state there (fault-tolerant mode): a
-dispatcher restarted on the same directory and port lets consumers continue.
+once) works. With ``work_dir`` the dispatcher journals its state there (fault-tolerant mode) and
+the ports are kept in ``service.json``: a service restarted on the same directory comes back on
+the same addresses, and consumers continue.
+
+Failures, as TensorFlow handles them: a consumer retries a lost worker or dispatcher forever, and
+a worker restarted on its address is taken back. So ``wait`` restarts a worker that dies (up to
+``max_restarts`` times each); under dynamic sharding the epoch then completes (at most once: the
+elements of the split the worker held are skipped), under static sharding the restarted worker
+begins its shard again. ``watch`` is the consumer's side: it reports a dispatcher that stopped
+answering, so a trainer fails in bounded time instead of waiting forever.
 
 Consumers use the address with ``tf.data.experimental.service.distribute``. Worker processes
 start with ``python -m tfgpu.data.service worker DISPATCHER PORT``.
@@ -14,36 +22,50 @@ start with ``python -m tfgpu.data.service worker DISPATCHER PORT``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import ConfigError, InputError
 
 STOP_GRACE_S = 5.0
+# TensorFlow's defaults (a 30 s heartbeat, a worker declared lost after 10 minutes) leave a
+# consumer waiting ten minutes on a dead worker; these notice it in seconds.
+HEARTBEAT_MS = 1000
+WORKER_TIMEOUT_MS = 10_000
 
 
 @dataclass(frozen=True)
 class ServiceOptions:
     """workers: worker processes on this host; port: the dispatcher's (0: a free one);
     work_dir: where the dispatcher keeps its state (fault-tolerant mode); host: the name
-    consumers reach this host by."""
+    consumers reach this host by; max_restarts: how often each worker is restarted after it
+    dies before the service stops (0: a lost worker stops it, for exactly-once readers)."""
 
     workers: int = 2
     port: int = 0
     work_dir: str | None = None
     host: str = "localhost"
+    max_restarts: int = 3
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1", value=self.workers, fix="pass --workers 2")
         if not 0 <= self.port <= 65535:
             raise ConfigError("--port must be from 0 to 65535", value=self.port, fix="pass 0 for a free port")
+        if self.max_restarts < 0:
+            raise ConfigError(
+                "--max-restarts must be 0 or more", value=self.max_restarts, fix="pass --max-restarts 3"
+            )
 
 
 def _free_port(host: str) -> int:
@@ -71,6 +93,7 @@ class DataService:
         self.options = options or ServiceOptions()
         self.port = 0
         self.worker_ports: list[int] = []
+        self.restarts: list[int] = []
         self._dispatcher: Any = None
         self._workers: list[subprocess.Popen] = []
 
@@ -82,25 +105,43 @@ class DataService:
         import tensorflow as tf
 
         host = self.options.host
-        self.port = self.options.port or _free_port(host)
-        _check_free(host, self.port)
-        self.worker_ports = [_free_port(host) for _ in range(self.options.workers)]
+        self.port, self.worker_ports = self._ports()
+        for port in (self.port, *self.worker_ports):
+            _check_free(host, port)
+        if self.options.work_dir:
+            _save_ports(self.options.work_dir, self.port, self.worker_ports)
         service = tf.data.experimental.service
         config = service.DispatcherConfig(
             port=self.port,
             work_dir=self.options.work_dir,
             fault_tolerant_mode=self.options.work_dir is not None,
             worker_addresses=[f"{host}:{p}" for p in self.worker_ports],
+            worker_timeout_ms=WORKER_TIMEOUT_MS,
         )
         self._dispatcher = service.DispatchServer(config)
-        for port in self.worker_ports:
-            self._workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tfgpu.data.service", "worker", f"{host}:{self.port}", str(port)],
-                    stdin=subprocess.DEVNULL,
-                )
-            )
+        self._workers = [self._spawn(port) for port in self.worker_ports]
+        self.restarts = [0] * len(self._workers)
         return self
+
+    def _ports(self) -> tuple[int, list[int]]:
+        """The dispatcher's and the workers' ports: given, kept in the work directory, or free."""
+        host, wanted = self.options.host, self.options.workers
+        kept = _load_ports(self.options.work_dir) if self.options.work_dir else None
+        if kept is not None and len(kept[1]) != wanted:
+            raise ConfigError(
+                f"The work directory {self.options.work_dir} holds a service of {len(kept[1])} workers",
+                value=wanted,
+                fix=f"pass --workers {len(kept[1])} to restart it, or another --work-dir for a new service",
+            )
+        port = self.options.port or (kept[0] if kept else _free_port(host))
+        return port, kept[1] if kept else [_free_port(host) for _ in range(wanted)]
+
+    def _spawn(self, port: int) -> subprocess.Popen:
+        address = f"{self.options.host}:{self.port}"
+        return subprocess.Popen(
+            [sys.executable, "-m", "tfgpu.data.service", "worker", address, str(port), str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+        )
 
     def failed_worker(self) -> tuple[int, int] | None:
         """(index, exit status) of a worker process that exited, if any."""
@@ -109,8 +150,24 @@ class DataService:
                 return index, worker.returncode
         return None
 
-    def wait(self, *, poll_s: float = 0.5) -> int:
-        """Serve until SIGINT / SIGTERM (0) or until a worker exits (its status, or 1)."""
+    def supervise(self, *, on_restart: Callable[[int, int, int], None] | None = None) -> int | None:
+        """Restart each worker that died on its port; ``on_restart(index, status, restarts)`` is
+        told. None while serving; the exit status (or 1) of a worker past ``max_restarts``."""
+        for index, worker in enumerate(self._workers):
+            status = worker.poll()
+            if status is None:
+                continue
+            if self.restarts[index] >= self.options.max_restarts:
+                return status if status > 0 else 1  # killed by a signal: 1
+            self.restarts[index] += 1
+            self._workers[index] = self._spawn(self.worker_ports[index])
+            if on_restart is not None:
+                on_restart(index, status, self.restarts[index])
+        return None
+
+    def wait(self, *, poll_s: float = 0.5, on_restart: Callable[[int, int, int], None] | None = None) -> int:
+        """Serve and supervise until SIGINT / SIGTERM (0) or until a worker dies once more than
+        ``max_restarts`` times (its status, or 1)."""
         stop = {"signal": False}
 
         def asked(*_: Any) -> None:
@@ -119,9 +176,9 @@ class DataService:
         previous = {s: signal.signal(s, asked) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             while not stop["signal"]:
-                failed = self.failed_worker()
-                if failed is not None:
-                    return failed[1] if failed[1] > 0 else 1  # killed by a signal: 1
+                status = self.supervise(on_restart=on_restart)
+                if status is not None:
+                    return status
                 time.sleep(poll_s)
             return 0
         finally:
@@ -172,23 +229,80 @@ def reachable(address: str, *, timeout_s: float = 5.0) -> None:
         ) from None
 
 
-def _worker(dispatcher: str, port: int) -> int:
-    """A worker process: serve the dispatcher until terminated."""
+def watch(
+    address: str, *, timeout_s: float, on_lost: Callable[[str], None], poll_s: float = 2.0
+) -> threading.Event:
+    """Call ``on_lost(message)`` once when the dispatcher at ``address`` has not answered for
+    ``timeout_s`` seconds. TensorFlow's consumers retry a lost dispatcher forever (a restarted
+    one is taken back), so without this a trainer whose service went away waits for ever.
+    Set the returned event to stop watching."""
+    done = threading.Event()
+
+    def run() -> None:
+        last = time.monotonic()
+        while not done.wait(poll_s):
+            try:
+                reachable(address, timeout_s=poll_s)
+                last = time.monotonic()
+            except InputError:
+                if time.monotonic() - last >= timeout_s:
+                    on_lost(
+                        f"The tf.data service at {address} stopped answering {timeout_s:g} s ago, mid-run "
+                        "(its dispatcher, or a worker it could not restart, is gone; tfgpu data-service's "
+                        "output names it)"
+                    )
+                    return
+
+    threading.Thread(target=run, name="tfgpu-service-watch", daemon=True).start()
+    return done
+
+
+def _load_ports(work_dir: str) -> tuple[int, list[int]] | None:
+    path = Path(work_dir) / "service.json"
+    if not path.exists():
+        return None
+    try:
+        kept = json.loads(path.read_text())
+        return int(kept["port"]), [int(p) for p in kept["worker_ports"]]
+    except (ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"{path} cannot be read",
+            value=path.read_text()[:200],
+            fix="delete it, or pass another --work-dir",
+        ) from None
+
+
+def _save_ports(work_dir: str, port: int, worker_ports: list[int]) -> None:
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    (Path(work_dir) / "service.json").write_text(json.dumps({"port": port, "worker_ports": worker_ports}))
+
+
+def _worker(dispatcher: str, port: int, parent: int) -> int:
+    """A worker process: serve the dispatcher until terminated or until its parent is gone.
+
+    The main thread sleeps in Python rather than in ``server.join()``: signal handlers only run
+    between Python bytecodes, so a joined worker ignores SIGTERM, and an orphan would serve on.
+    """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
     host = dispatcher.rpartition(":")[0]
     config = tf.data.experimental.service.WorkerConfig(
-        dispatcher_address=dispatcher, worker_address=f"{host}:{port}", port=port
+        dispatcher_address=dispatcher,
+        worker_address=f"{host}:{port}",
+        port=port,
+        heartbeat_interval_ms=HEARTBEAT_MS,
     )
-    server = tf.data.experimental.service.WorkerServer(config)
+    server = tf.data.experimental.service.WorkerServer(config)  # serves while referenced
     for sig in (signal.SIGTERM, signal.SIGINT):  # a Ctrl-C reaches the whole process group
-        signal.signal(sig, lambda *_: os._exit(0))  # the server has no clean stop either
-    server.join()
-    return 0
+        signal.signal(sig, lambda *_: os._exit(0))  # the server has no clean stop
+    while parent in (0, os.getppid()):
+        time.sleep(0.5)
+    del server
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "worker":
-        sys.exit(_worker(sys.argv[2], int(sys.argv[3])))
-    sys.exit("usage: python -m tfgpu.data.service worker DISPATCHER_HOST:PORT PORT")
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "worker":
+        sys.exit(_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) == 5 else 0))
+    sys.exit("usage: python -m tfgpu.data.service worker DISPATCHER_HOST:PORT PORT [PARENT_PID]")
