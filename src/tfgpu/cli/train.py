@@ -125,6 +125,12 @@ def run(args: argparse.Namespace) -> int:
                 fix="convert the data with tfgpu convert and set train_data to the directory",
             )
         task = dataclasses.replace(task, pipeline={**task.pipeline, "service": args.data_service})
+        if args.data_service_timeout <= 0:
+            raise ConfigError(
+                "--data-service-timeout must be more than 0 seconds",
+                value=args.data_service_timeout,
+                fix="pass --data-service-timeout 60",
+            )
         _watch_service(
             args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
         )
