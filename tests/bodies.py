@@ -167,6 +167,28 @@ def train_weights_on_workers(per_replica: int, steps: int) -> dict[str, Any]:
     return {"weights": trainer.model.get_weights(), "eval": trainer.evaluate()}
 
 
+def train_through_service(dataset: str, address: str) -> dict[str, Any]:
+    """A worker of a 2-worker cluster: train on a dataset directory read locally, then through the
+    tf.data service (exactly once, order fixed); both weights."""
+    import dataclasses
+
+    import tfgpu
+    from tasks import make_task
+
+    fixed = {"shuffle_files": False, "shuffle_buffer": 1}
+    strategy = tfgpu.strategy()
+    weights = {}
+    for name, pipeline in (
+        ("local", fixed),
+        ("service", {**fixed, "service": address, "exactly_once": True}),
+    ):
+        task = dataclasses.replace(make_task(6), train_data=dataset, eval_data=None, pipeline=pipeline)
+        trainer = tfgpu.Trainer(task, strategy=strategy, monitor_gpus=False)
+        trainer.fit(epochs=1)
+        weights[name] = trainer.model.get_weights()
+    return weights
+
+
 def parameter_server_training() -> dict[str, Any]:
     """Chief of 1 chief / 1 ps / 2 workers: train the test task; ps and workers serve."""
     import tfgpu

@@ -71,6 +71,10 @@ def test_tfgpu_pipeline_through_the_service(service, tmp_path):
 
     local = ids()
     assert sorted(ids(service=service["address"])) == sorted(local) == list(range(301))  # exactly once
+    two = [  # two readers (two workers of a cluster), each its input context's part, exactly once
+        ids(service=service["address"], input_context=tf.distribute.InputContext(2, i, 16)) for i in (0, 1)
+    ]
+    assert not set(two[0]) & set(two[1]) and sorted(two[0] + two[1]) == list(range(301))
     trained = ids(service=service["address"], training=True)  # dynamic sharding, remainder dropped
     assert len(trained) == 301 // 16 * 16 and len(set(trained)) == len(trained)
     with pytest.raises(InputError, match=r"No tf\.data service dispatcher answers"):
@@ -142,6 +146,35 @@ def test_trainer_through_the_service_reaches_the_same_weights(tmp_path):
         served = weights({**fixed, "service": service.address, "exactly_once": True})
     for a, b in zip(local, served, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_two_workers_through_the_service_reach_the_weights_of_local_reading(tmp_path):
+    """MultiWorkerMirroredStrategy, 2 worker processes, each reading its input context's part
+    through one service (exactly once; one service worker, so the order is fixed: two would
+    interleave their shards): the weights of reading locally."""
+    import numpy as np
+
+    from tasks import arrays
+    from tfgpu import data
+    from tfgpu.data.service import DataService, ServiceOptions
+    from tfgpu.testing import run_cluster
+
+    x, y = arrays()
+    np.savez(tmp_path / "d.npz", x=x, y=y)
+    data.convert(
+        tmp_path / "d.npz", tmp_path / "ds", options=data.ConvertOptions(label="y", min_shards=4, workers=1)
+    )
+    with DataService(ServiceOptions(workers=1)) as service:
+        results = run_cluster(
+            "bodies:train_through_service",
+            workers=2,
+            args=(str(tmp_path / "ds"), service.address),
+            timeout=300,
+        )
+    for result in results.values():
+        for a, b in zip(result["local"], result["service"], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_a_worker_past_its_restarts_stops_the_service():
