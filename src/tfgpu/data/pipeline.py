@@ -426,13 +426,13 @@ def plan(
         stages.append(Stage("shuffle", shuffle_stage, str(buffer)))
         if augment is not None and not fuse_augment:
             stages.append(Stage("augment", augment_stage, getattr(augment, "__name__", "augment")))
-    if service:  # the service reads, parses, decodes, augments; batching (per element) stays here
-        once = not training if exactly_once is None else exactly_once
-        stages.append(_service_stage(tf, service, exactly_once=once, decisions=decisions))
     if per_element:
         stages.append(
             Stage("batch", batch_stage, f"{batch_size}, drop_remainder={drop_remainder}", batch_size)
         )
+    if service:  # the service reads, parses, decodes, augments and batches; prefetch stays here
+        once = not training if exactly_once is None else exactly_once
+        stages.append(_service_stage(tf, service, exactly_once=once, decisions=decisions))
     stages.append(Stage("prefetch", finish_stage, "AUTOTUNE", batch_size))
     for key, value in decisions.items():
         choices.record(f"data.{key}", value)
@@ -459,7 +459,9 @@ def pipeline(source: Any, *, batch_size: int, **options: Any) -> Any:
             parallel stage runs one call per core, because on a 2-core machine the autotuner
             settled on one core's worth in about half the runs (docs/benchmarks.md).
         service: a tf.data service address (``tfgpu data-service`` prints it): reading, parsing,
-            decoding and augmenting run on its workers, batching and prefetch here.
+            decoding, augmenting and batching (to this ``batch_size``) run on its workers,
+            prefetch here. Batches, not examples, cross the network: one request per example
+            cost the trainer's core more than the work it moved (bench/service_bench.py).
         exactly_once: with ``service``, every example once per epoch (static sharding; the
             default when not training) rather than dynamic sharding (the default for training).
 
@@ -471,7 +473,7 @@ def pipeline(source: Any, *, batch_size: int, **options: Any) -> Any:
 
 
 def _service_stage(tf: Any, service: str, *, exactly_once: bool, decisions: dict[str, str]) -> Stage:
-    """Everything before this stage runs on the tf.data service's workers.
+    """Everything before this stage, batching included, runs on the tf.data service's workers.
 
     Exactly once (evaluation's default): static sharding by file, or by record when files are too
     few (FILE_OR_DATA; the service must know its workers, as `tfgpu data-service` sets up); each

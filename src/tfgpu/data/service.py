@@ -76,6 +76,9 @@ def _free_port(host: str) -> int:
 
 def _check_free(host: str, port: int) -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # A listener holds the port; connections closed a moment ago (TIME_WAIT, after a restart
+        # on the same work directory) do not, and gRPC binds over them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
