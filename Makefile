@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-main test-estimator lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator clean
+.PHONY: demo test test-main test-estimator lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,7 +58,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests tests_estimator bench examples
 	$(BIN)/ruff format src tests tests_estimator bench examples
 
-bench: bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator
+bench: bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
 
 bench-data: $(STAMP)
 	cd bench && ../$(BIN)/python data_bench.py
@@ -74,6 +74,9 @@ bench-diagnose: $(STAMP)
 
 bench-diagnose-stability: $(STAMP)
 	cd bench && ../$(BIN)/python diagnose_stability.py
+
+bench-service: $(STAMP)
+	cd bench && ../$(BIN)/python service_bench.py
 
 bench-estimator: $(LEGACY_STAMP)
 	cd bench && ../$(LEGACY_VENV)/bin/python estimator_bench.py

@@ -23,11 +23,10 @@ import time
 from _common import save, table
 
 TRAINER_CORE, SERVICE_CORE = 0, 1
-ELEMENT = 96  # per-element work: a 96x96 matmul chain, a few ms on one core
-BATCH = 16
+ELEMENT = 96  # per-element work: a 96x96 matmul chain, about 0.4 ms on one core
 
 
-def make_elements(tf):
+def make_elements(tf, batch: int):
     """The expensive per-element part (decode and augment, in a real pipeline)."""
 
     def work(i):
@@ -36,17 +35,21 @@ def make_elements(tf):
             x = tf.tanh(tf.linalg.matmul(x, x) / ELEMENT)
         return tf.reduce_mean(x, axis=0)
 
-    return tf.data.Dataset.range(1 << 40).map(work, num_parallel_calls=tf.data.AUTOTUNE)
+    # Splits of 256 elements, as files are in a real pipeline: the service's dynamic sharding hands
+    # a worker one split per request to the dispatcher, so a bare range would cost one per element.
+    chunks = tf.data.Dataset.range(1 << 30).flat_map(lambda c: tf.data.Dataset.range(c * 256, (c + 1) * 256))
+    elements = chunks.map(work, num_parallel_calls=tf.data.AUTOTUNE)
+    return elements.batch(batch).prefetch(2)  # batches cross the network, as tfgpu.data.pipeline sends them
 
 
-def trainer(mode: str, address: str, batches: int, units: int) -> None:
+def trainer(mode: str, address: str, batches: int, batch: int, units: int) -> None:
     """One timed run in this (pinned) process; prints examples/s as JSON."""
     os.sched_setaffinity(0, {TRAINER_CORE})
     import tensorflow as tf
 
-    batched = make_elements(tf).batch(BATCH)
+    batched = make_elements(tf, batch)
     if mode == "service":
-        batched = batched.apply(tf.data.experimental.service.distribute("distributed_epoch", address))
+        batched = batched.apply(tf.data.experimental.service.distribute("distributed_epoch", address, compression=None))
     batched = batched.prefetch(2)
     weights = tf.random.stateless_normal([256, 256], seed=[1, 2])
     loops = tf.constant(units)
@@ -65,12 +68,12 @@ def trainer(mode: str, address: str, batches: int, units: int) -> None:
     for _ in range(batches):
         loss = step(next(iterator))
     loss.numpy()
-    print(json.dumps({"examples_per_s": batches * BATCH / (time.perf_counter() - start)}), flush=True)
+    print(json.dumps({"examples_per_s": batches * batch / (time.perf_counter() - start)}), flush=True)
 
 
-def _run_trainer(mode: str, address: str, batches: int, units: int) -> float:
+def _run_trainer(mode: str, address: str, batches: int, batch: int, units: int) -> float:
     done = subprocess.run(
-        [sys.executable, __file__, "trainer", mode, address, str(batches), str(units)],
+        [sys.executable, __file__, "trainer", mode, address, str(batches), str(batch), str(units)],
         capture_output=True,
         text=True,
         check=True,
@@ -78,12 +81,12 @@ def _run_trainer(mode: str, address: str, batches: int, units: int) -> float:
     return json.loads(done.stdout.strip().splitlines()[-1])["examples_per_s"]
 
 
-def _calibrate() -> tuple[float, float]:
+def _calibrate(batch: int) -> tuple[float, float]:
     """(ms per batch of the pipeline, ms per step unit), both on one core."""
     import tensorflow as tf
 
     os.sched_setaffinity(0, {TRAINER_CORE})
-    it = iter(make_elements(tf).batch(BATCH))
+    it = iter(make_elements(tf, batch))
     next(it)
     start = time.perf_counter()
     for _ in range(10):
@@ -110,43 +113,55 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--batch", type=int, nargs="+", default=[32, 16], help="batch sizes to run")
     args = parser.parse_args()
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("needs 2 cores")
-    pipeline_ms, unit_ms = _calibrate()
-    units = max(1, round(pipeline_ms / unit_ms))  # the step takes as long as the pipeline: 2 cores
-    step_ms = units * unit_ms
     from tfgpu.data.service import DataService, ServiceOptions
 
-    os.sched_setaffinity(0, {SERVICE_CORE})  # the dispatcher, and the worker it starts, on core 1
-    rates: dict[str, list[float]] = {"in-process": [], "service": []}
-    with DataService(ServiceOptions(workers=1)) as service:
-        for _ in range(args.repeats):
-            rates["in-process"].append(_run_trainer("local", service.address, args.batches, units))
-            rates["service"].append(_run_trainer("service", service.address, args.batches, units))
-    medians = {name: statistics.median(r) for name, r in rates.items()}
-    ratio = medians["service"] / medians["in-process"]
-    rows = [
-        {"trainer input": name, "examples/s": medians[name], "min": min(r), "max": max(r), "runs": len(r)}
-        for name, r in rates.items()
-    ]
-    print(
-        f"pipeline {pipeline_ms:.1f} ms per batch of {BATCH} on one core; simulated step {step_ms:.1f} ms "
-        f"({units} matmuls of {unit_ms:.2f} ms)"
-    )
+    results, rows = {}, []
+    for batch in args.batch:
+        pipeline_ms, unit_ms = _calibrate(batch)
+        units = max(1, round(pipeline_ms / unit_ms))  # the step takes as long as the pipeline: 2 cores
+        os.sched_setaffinity(0, {SERVICE_CORE})  # the dispatcher, and the worker it starts, on core 1
+        rates: dict[str, list[float]] = {"in-process": [], "service": []}
+        with DataService(ServiceOptions(workers=1)) as service:
+            for _ in range(args.repeats):
+                for mode, name in (("local", "in-process"), ("service", "service")):
+                    rates[name].append(_run_trainer(mode, service.address, args.batches, batch, units))
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+        medians = {name: statistics.median(r) for name, r in rates.items()}
+        ratio = medians["service"] / medians["in-process"]
+        results[batch] = {
+            "pipeline_ms": pipeline_ms,
+            "step_ms": units * unit_ms,
+            "rates": rates,
+            "ratio": ratio,
+        }
+        rows.append(
+            {
+                "batch": batch,
+                "pipeline ms/batch": pipeline_ms,
+                "step ms": units * unit_ms,
+                "in-process ex/s": medians["in-process"],
+                "service ex/s": medians["service"],
+                "service/in-process": ratio,
+            }
+        )
+    columns = list(rows[0])
     print(
         table(
             "Trainer pinned to one core: pipeline in-process vs one service worker on the other core",
             rows,
-            ["trainer input", "examples/s", "min", "max", "runs"],
+            columns,
         )
     )
-    print(f"service / in-process: {ratio:.2f}x (goal >= 1.7x)")
-    save("service_bench", {"pipeline_ms": pipeline_ms, "step_ms": step_ms, "rates": rates, "ratio": ratio})
+    print(f"medians of {args.repeats} interleaved runs of {args.batches} batches; goal >= 1.7x")
+    save("service_bench", {"repeats": args.repeats, "batches": args.batches, "results": results})
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "trainer":
-        trainer(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+    if len(sys.argv) == 7 and sys.argv[1] == "trainer":
+        trainer(sys.argv[2], sys.argv[3], *(int(a) for a in sys.argv[4:]))
     else:
         main()
