@@ -177,6 +177,51 @@ def test_two_workers_through_the_service_reach_the_weights_of_local_reading(tmp_
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+DATA_SERVICE = [sys.executable, "-m", "tfgpu.cli", "data-service", "--workers", "1", "--json"]
+
+
+def test_one_service_over_two_hosts(tmp_path):
+    """A hosts file of two nodes (both this machine): node 0 runs the dispatcher and a worker,
+    node 1 a worker that joins it; the dispatcher knows both addresses, so static sharding
+    gives every row once across the two nodes' workers."""
+    from tfgpu.data.service import _free_port
+
+    (tmp_path / "hosts").write_text("localhost\n# the same machine, as a second node\nlocalhost\n")
+    port = _free_port("localhost")
+    nodes = [
+        subprocess.Popen(
+            [
+                *DATA_SERVICE,
+                "--hosts",
+                str(tmp_path / "hosts"),
+                "--node-rank",
+                str(rank),
+                "--port",
+                str(port),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for rank in (1, 0)  # a worker may start before its dispatcher
+    ]
+    try:
+        joined, first = (json.loads("".join(iter(n.stdout.readline, "}\n")) + "}") for n in nodes)
+        assert joined["address"] == first["address"] == f"grpc://localhost:{port}"
+        assert (first["dispatcher"], joined["dispatcher"]) == (True, False)
+        assert (first["worker_ports"], joined["worker_ports"]) == ([port + 1], [port + 2])
+        local = [3 * i for i in range(200)]
+        static = tf.data.experimental.service.ShardingPolicy.DATA
+        assert rows_through(first["address"], static, "static") == local
+        assert rows_through(first["address"], "distributed_epoch", "dynamic") == local
+    finally:
+        for node in nodes:
+            node.send_signal(signal.SIGINT)
+            node.wait(timeout=30)
+    done = run_cli("data-service", "--hosts", str(tmp_path / "hosts"), "--node-rank", "2")
+    assert done.returncode == 2 and "--node-rank must be from 0 to 1 for 2 hosts" in done.stderr
+
+
 def test_a_worker_past_its_restarts_stops_the_service():
     from tfgpu.data.service import DataService, ServiceOptions
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from tfgpu.cli import _common
@@ -18,6 +19,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--work-dir", help="keep the dispatcher's state here: restarted on it, consumers continue")
     p.add_argument("--host", default="localhost", help="the name consumers reach this host by")
     p.add_argument(
+        "--hosts",
+        help="one service over several hosts: a file with one host per line, the first runs the dispatcher "
+        "(under Slurm: read from srun's variables)",
+    )
+    p.add_argument("--node-rank", type=int, default=0, help="this host's line in --hosts, from 0")
+    p.add_argument(
         "--max-restarts",
         type=int,
         default=3,
@@ -28,28 +35,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from tfgpu.data.service import DataService, ServiceOptions
+def options_from(args: argparse.Namespace, environ=os.environ):
+    """ServiceOptions from the command line; the cluster layout from --hosts or Slurm."""
+    from tfgpu.data.service import ServiceOptions
+    from tfgpu.launch.plan import read_hosts_file, slurm_layout
 
-    options = ServiceOptions(
+    hosts, rank = read_hosts_file(args.hosts), args.node_rank
+    slurm = slurm_layout(environ) if hosts is None else None
+    if slurm is not None and len(slurm[0]) > 1:
+        hosts, rank = tuple(slurm[0]), slurm[1]
+    return ServiceOptions(
         workers=args.workers,
         port=args.port,
         work_dir=args.work_dir,
         host=args.host,
         max_restarts=args.max_restarts,
+        hosts=hosts,
+        node_rank=rank,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfgpu.data.service import DataService
+
+    options = options_from(args)
     with DataService(options) as service:
+        summary = {
+            "address": service.address,
+            "workers": options.workers,
+            "worker_ports": service.worker_ports,
+            "node_rank": options.node_rank,
+            "dispatcher": service.runs_dispatcher,
+        }
         if args.json:
-            _common.print_json(
-                {"address": service.address, "workers": options.workers, "worker_ports": service.worker_ports}
+            _common.print_json(summary)
+        elif not service.runs_dispatcher:
+            _common.out.print(
+                f"{options.workers} tf.data service workers on {service.host} (ports "
+                f"{', '.join(map(str, service.worker_ports))}) serve the dispatcher at {service.address}; "
+                "Ctrl-C stops them"
             )
         else:
             _common.out.print(
-                f"tf.data service at {service.address} with {options.workers} workers; Ctrl-C stops it"
+                f"tf.data service at {service.address} with "
+                f"{len(service.all_worker_addresses())} workers; Ctrl-C stops it"
             )
             _common.out.print(
-                "use it: dataset.apply(tf.data.experimental.service.distribute("
-                f'"distributed_epoch", "{service.address}"))'
+                f"use it: tfgpu train TASK --data-service {service.address}, or "
+                f'tfgpu.data.pipeline(..., service="{service.address}")'
             )
         sys.stdout.flush()
         status = service.wait(on_restart=lambda *a: _restarted(service, *a))

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.table import Table
 
 from tfgpu import choices
 from tfgpu.cli import _common
-from tfgpu.errors import ConfigError, InputError
+from tfgpu.errors import ConfigError
+from tfgpu.launch.plan import read_hosts_file
 from tfgpu.launch.spec import DEFAULT_PORT
 
 
@@ -49,20 +49,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
-def _hosts(path: str | None) -> tuple[str, ...] | None:
-    if path is None:
-        return None
-    file = Path(path)
-    if not file.exists():
-        raise InputError(f"Hosts file {path} does not exist", value=path, fix="write one host name per line")
-    hosts = tuple(
-        line.split()[0] for line in file.read_text().splitlines() if line.strip() and not line.startswith("#")
-    )
-    if not hosts:
-        raise InputError(f"Hosts file {path} lists no host", value=path, fix="write one host name per line")
-    return hosts
-
-
 def config_from(args: argparse.Namespace):
     from tfgpu.env import parse_gpu_list
     from tfgpu.launch import LaunchConfig
@@ -70,7 +56,7 @@ def config_from(args: argparse.Namespace):
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    hosts = _hosts(args.hosts)
+    hosts = read_hosts_file(args.hosts)
     if args.nnodes and hosts is None:
         raise ConfigError(
             "--nnodes needs --hosts (or run under srun)", value=args.nnodes, fix="pass --hosts FILE"

@@ -38,6 +38,7 @@ from typing import Any
 from tfgpu.errors import ConfigError, InputError
 
 STOP_GRACE_S = 5.0
+DEFAULT_CLUSTER_PORT = 5050  # the dispatcher's port when several hosts must agree on it
 # TensorFlow's defaults (a 30 s heartbeat, a worker declared lost after 10 minutes) leave a
 # consumer waiting ten minutes on a dead worker; these notice it in seconds.
 HEARTBEAT_MS = 1000
@@ -49,15 +50,31 @@ class ServiceOptions:
     """workers: worker processes on this host; port: the dispatcher's (0: a free one);
     work_dir: where the dispatcher keeps its state (fault-tolerant mode); host: the name
     consumers reach this host by; max_restarts: how often each worker is restarted after it
-    dies before the service stops (0: a lost worker stops it, for exactly-once readers)."""
+    dies before the service stops (0: a lost worker stops it, for exactly-once readers);
+    hosts / node_rank: one service over several hosts (each runs one DataService; the first host
+    runs the dispatcher, node r's workers listen on port + 1 + r * workers + i)."""
 
     workers: int = 2
     port: int = 0
     work_dir: str | None = None
     host: str = "localhost"
     max_restarts: int = 3
+    hosts: tuple[str, ...] | None = None
+    node_rank: int = 0
 
     def __post_init__(self) -> None:
+        if self.hosts is not None and not 0 <= self.node_rank < len(self.hosts):
+            raise ConfigError(
+                f"--node-rank must be from 0 to {len(self.hosts) - 1} for {len(self.hosts)} hosts",
+                value=self.node_rank,
+                fix="pass this host's line number in the hosts file, from 0",
+            )
+        if self.hosts is not None and self.work_dir is not None and self.node_rank > 0:
+            raise ConfigError(
+                "--work-dir keeps the dispatcher's state, which only node 0 runs",
+                value=self.work_dir,
+                fix="pass --work-dir on node 0 only",
+            )
         if self.workers < 1:
             raise ConfigError("--workers must be at least 1", value=self.workers, fix="pass --workers 2")
         if not 0 <= self.port <= 65535:
@@ -101,27 +118,39 @@ class DataService:
         self._workers: list[subprocess.Popen] = []
 
     @property
+    def host(self) -> str:
+        """The name this node's workers are reached by."""
+        hosts = self.options.hosts
+        return hosts[self.options.node_rank] if hosts else self.options.host
+
+    @property
     def address(self) -> str:
-        return f"grpc://{self.options.host}:{self.port}"
+        """The dispatcher's address, for readers (``grpc://host:port``)."""
+        return f"grpc://{self.options.hosts[0] if self.options.hosts else self.options.host}:{self.port}"
+
+    @property
+    def runs_dispatcher(self) -> bool:
+        return self.options.node_rank == 0
 
     def start(self) -> DataService:
         import tensorflow as tf
 
-        host = self.options.host
-        self.port, self.worker_ports = self._ports()
-        for port in (self.port, *self.worker_ports):
-            _check_free(host, port)
+        self.port, self.worker_ports = self._cluster_ports() if self.options.hosts else self._ports()
+        local = "localhost" if self.options.hosts else self.host
+        for port in ((self.port,) if self.runs_dispatcher else ()) + tuple(self.worker_ports):
+            _check_free(local, port)
         if self.options.work_dir:
             _save_ports(self.options.work_dir, self.port, self.worker_ports)
-        service = tf.data.experimental.service
-        config = service.DispatcherConfig(
-            port=self.port,
-            work_dir=self.options.work_dir,
-            fault_tolerant_mode=self.options.work_dir is not None,
-            worker_addresses=[f"{host}:{p}" for p in self.worker_ports],
-            worker_timeout_ms=WORKER_TIMEOUT_MS,
-        )
-        self._dispatcher = service.DispatchServer(config)
+        if self.runs_dispatcher:
+            service = tf.data.experimental.service
+            config = service.DispatcherConfig(
+                port=self.port,
+                work_dir=self.options.work_dir,
+                fault_tolerant_mode=self.options.work_dir is not None,
+                worker_addresses=self.all_worker_addresses(),
+                worker_timeout_ms=WORKER_TIMEOUT_MS,
+            )
+            self._dispatcher = service.DispatchServer(config)
         self._workers = [self._spawn(port) for port in self.worker_ports]
         self.restarts = [0] * len(self._workers)
         return self
@@ -139,10 +168,33 @@ class DataService:
         port = self.options.port or (kept[0] if kept else _free_port(host))
         return port, kept[1] if kept else [_free_port(host) for _ in range(wanted)]
 
+    def _cluster_ports(self) -> tuple[int, list[int]]:
+        port, workers, rank = (
+            self.options.port or DEFAULT_CLUSTER_PORT,
+            self.options.workers,
+            self.options.node_rank,
+        )
+        return port, [port + 1 + rank * workers + i for i in range(workers)]
+
+    def all_worker_addresses(self) -> list[str]:
+        """Every worker's address, all hosts' (static sharding needs them up front)."""
+        if not self.options.hosts:
+            return [f"{self.host}:{p}" for p in self.worker_ports]
+        port, n = self.port, self.options.workers
+        return [f"{h}:{port + 1 + r * n + i}" for r, h in enumerate(self.options.hosts) for i in range(n)]
+
     def _spawn(self, port: int) -> subprocess.Popen:
-        address = f"{self.options.host}:{self.port}"
+        dispatcher = self.address.removeprefix("grpc://")
         return subprocess.Popen(
-            [sys.executable, "-m", "tfgpu.data.service", "worker", address, str(port), str(os.getpid())],
+            [
+                sys.executable,
+                "-m",
+                "tfgpu.data.service",
+                "worker",
+                dispatcher,
+                f"{self.host}:{port}",
+                str(os.getpid()),
+            ],
             stdin=subprocess.DEVNULL,
         )
 
@@ -280,7 +332,7 @@ def _save_ports(work_dir: str, port: int, worker_ports: list[int]) -> None:
     (Path(work_dir) / "service.json").write_text(json.dumps({"port": port, "worker_ports": worker_ports}))
 
 
-def _worker(dispatcher: str, port: int, parent: int) -> int:
+def _worker(dispatcher: str, address: str, parent: int) -> int:
     """A worker process: serve the dispatcher until terminated or until its parent is gone.
 
     The main thread sleeps in Python rather than in ``server.join()``: signal handlers only run
@@ -289,11 +341,10 @@ def _worker(dispatcher: str, port: int, parent: int) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
-    host = dispatcher.rpartition(":")[0]
     config = tf.data.experimental.service.WorkerConfig(
         dispatcher_address=dispatcher,
-        worker_address=f"{host}:{port}",
-        port=port,
+        worker_address=address,
+        port=int(address.rpartition(":")[2]),
         heartbeat_interval_ms=HEARTBEAT_MS,
     )
     server = tf.data.experimental.service.WorkerServer(config)  # serves while referenced
@@ -307,5 +358,5 @@ def _worker(dispatcher: str, port: int, parent: int) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) in (4, 5) and sys.argv[1] == "worker":
-        sys.exit(_worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]) if len(sys.argv) == 5 else 0))
-    sys.exit("usage: python -m tfgpu.data.service worker DISPATCHER_HOST:PORT PORT [PARENT_PID]")
+        sys.exit(_worker(sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) == 5 else 0))
+    sys.exit("usage: python -m tfgpu.data.service worker DISPATCHER_HOST:PORT WORKER_HOST:PORT [PARENT_PID]")

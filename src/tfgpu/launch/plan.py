@@ -11,10 +11,11 @@ import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tfgpu import choices, cluster
-from tfgpu.errors import ConfigError
+from tfgpu.errors import ConfigError, InputError
 from tfgpu.launch.spec import LaunchConfig
 from tfgpu.nvml import GpuInfo
 
@@ -71,6 +72,21 @@ def expand_hostlist(text: str) -> list[str]:
             width = len(low)
             for number in range(int(low), int(high or low) + 1):
                 hosts.append(f"{prefix}{number:0{width}d}{suffix}")
+    return hosts
+
+
+def read_hosts_file(path: str | None) -> tuple[str, ...] | None:
+    """The hosts of a hosts file (one per line, first word; # comments), or None without one."""
+    if path is None:
+        return None
+    file = Path(path)
+    if not file.exists():
+        raise InputError(f"Hosts file {path} does not exist", value=path, fix="write one host name per line")
+    hosts = tuple(
+        line.split()[0] for line in file.read_text().splitlines() if line.strip() and not line.startswith("#")
+    )
+    if not hosts:
+        raise InputError(f"Hosts file {path} lists no host", value=path, fix="write one host name per line")
     return hosts
 
 
