@@ -222,6 +222,25 @@ def test_one_service_over_two_hosts(tmp_path):
     assert done.returncode == 2 and "--node-rank must be from 0 to 1 for 2 hosts" in done.stderr
 
 
+def test_the_cluster_layout_comes_from_slurm():
+    import argparse
+
+    from tfgpu.cli.data_service import options_from
+
+    args = argparse.Namespace(
+        workers=1, port=0, work_dir=None, host="localhost", max_restarts=3, hosts=None, node_rank=0
+    )
+    slurm = {
+        "SLURM_JOB_ID": "7",
+        "SLURM_JOB_NODELIST": "gpu[01-02]",
+        "SLURM_NODEID": "1",
+        "SLURM_NTASKS": "2",
+    }
+    options = options_from(args, slurm)
+    assert (options.hosts, options.node_rank) == (("gpu01", "gpu02"), 1)
+    assert options_from(args, {}).hosts is None  # one host: the local service
+
+
 def test_a_worker_past_its_restarts_stops_the_service():
     from tfgpu.data.service import DataService, ServiceOptions
 

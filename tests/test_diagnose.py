@@ -315,8 +315,11 @@ def test_more_input_workers_says_how_many_hosts():
         deterministic_prefix_share=0.0, fits_in_memory=True, gpu_model=False,
     )  # fmt: skip
     item = next(a for a in advice.advise(facts) if a.kind == "more-input-workers")
-    assert (
-        "needs 18.0 cores" in item.detail
-        and "8 more host(s)" in item.detail
-        and "--data-service" in item.detail
+    assert "needs 18.0 cores" in item.detail and "9 tf.data service workers" in item.detail
+    assert "this one and 8 more host(s)" in item.detail
+    start, use = item.commands
+    assert start.startswith("tfgpu data-service --workers 1 --port 5050 --hosts hosts.txt --node-rank R")
+    assert "on each of the 9 hosts" in start and use.startswith(
+        "tfgpu train TASK --data-service grpc://HOST0:5050"
     )
+    assert item.to_dict()["commands"] == [start, use]

@@ -163,6 +163,9 @@ def _render(data: dict[str, Any]) -> None:
             f"{a['measured_speedup']:.2f}x" if a.get("measured_speedup") else "",
         )
     out.print(advice)
+    for a in data["advice"]:
+        for command in a.get("commands", ()):
+            out.print(f"  {a['kind']}: {command}", soft_wrap=True)
     if data["layers"]:
         out.print(
             "layers: " + ", ".join(f"{layer['name']} {layer['share']:.0%}" for layer in data["layers"][:6])

@@ -38,10 +38,12 @@ class Advice:
     detail: str
     estimated_speedup: float
     measured_speedup: float | None = None
+    commands: tuple[str, ...] = ()  # command lines that carry the advice out, where there are some
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["estimated_speedup"] = round(self.estimated_speedup, 2)
+        out["commands"] = list(self.commands)
         if self.measured_speedup is not None:
             out["measured_speedup"] = round(self.measured_speedup, 2)
         return out
@@ -66,6 +68,14 @@ class Facts:
 def service_hosts(cores_needed: float, cores: int) -> int:
     """Hosts of ``cores`` cores that supply what this one cannot (one worker process per core)."""
     return max(1, math.ceil((cores_needed - cores) / max(cores, 1)))
+
+
+def service_commands(hosts: int) -> tuple[str, ...]:
+    """Start a service over ``hosts`` hosts (hosts.txt lists them, this one first) and train through it."""
+    start = "tfgpu data-service --workers 1 --port 5050"
+    if hosts > 1:
+        start += f" --hosts hosts.txt --node-rank R   # on each of the {hosts} hosts in hosts.txt, R its line from 0"
+    return (start, "tfgpu train TASK --data-service grpc://HOST0:5050   # HOST0: the first line of hosts.txt")
 
 
 def _gain(f: Facts, new_pipeline_rate: float) -> float:
@@ -169,15 +179,16 @@ def advise(f: Facts) -> list[Advice]:
     needed = f.cpu_s_per_example * f.device_rate
     best_local = max([f.together_rate] + [a.estimated_speedup * f.together_rate for a in items])
     if input_bound and needed > 1.5 * f.cores and best_local < 0.95 * f.device_rate:
+        more = service_hosts(needed, f.cores)
         items.append(
             Advice(
                 "more-input-workers",
                 f"feeding {f.device_rate:,.0f} examples/s needs {needed:.1f} cores at "
                 f"{f.cpu_s_per_example * 1000:.2f} ms CPU per example; this machine has {f.cores}: "
-                f"a tf.data service with the cores of {service_hosts(needed, f.cores)} more host(s) like "
-                "this one would supply it (tfgpu data-service, docs/data-service.md; then tfgpu train "
-                "--data-service ADDRESS or tfgpu.data.pipeline(..., service=ADDRESS)), or preprocess offline",
+                f"{more + 1} tf.data service workers on hosts like this one (one per host: this one and "
+                f"{more} more host(s)) would supply it (docs/data-service.md), or preprocess offline",
                 max(1.0, f.device_rate / best_local),
+                commands=service_commands(more + 1),
             )
         )
     if not input_bound and f.host_overhead >= 0.15:
