@@ -224,6 +224,20 @@ def test_cli_apply_exits_1_when_still_input_bound():
     assert json.loads(done.stdout)["input_bound"] == "highly"
 
 
+def test_cli_apply_measures_through_a_local_service():
+    done = run_cli(
+        "diagnose", "--dataset", f"{INPUTS}:sequential", "--step-time", "5ms", "--steps", "10",
+        "--apply", "--service-workers", "1", "--json",
+    )  # fmt: skip
+    assert done.returncode in (0, 1), done.stderr[-2000:]
+    served = json.loads(done.stdout)["applied"]["service"]
+    assert served["workers"] == 1 and served["examples_per_s"] > 0 and served["measured_speedup"] > 0
+    bad = run_cli(
+        "diagnose", "--dataset", f"{INPUTS}:sequential", "--step-time", "5ms", "--service-workers", "1"
+    )
+    assert bad.returncode == 2 and "pass --apply --service-workers 1" in bad.stderr
+
+
 def test_profile_writes_a_trace(tmp_path):
     done = run_cli(
         "profile",
@@ -253,8 +267,9 @@ def test_unknown_shapes_from_numpy_function_are_measured():
         .map(lambda x: (x, tf.constant(0, tf.int64)))
         .batch(32)
     )
-    result = diagnose(dataset, step_time_s=0.002, steps=8, warmup=2, apply=True)
+    result = diagnose(dataset, step_time_s=0.002, steps=8, warmup=2, apply=True, service_workers=1)
     assert result.to_dict()["pipeline_examples_per_s"] > 0 and result.applied is not None
+    assert "calls Python" in result.applied["service"]["skipped"]  # a service worker cannot run it
     model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(2)])
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     result = diagnose(dataset, model=model, steps=8, warmup=2)

@@ -31,6 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="apply what changes no result, measure again; exit 1 if still input-bound",
     )
+    p.add_argument(
+        "--service-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --apply: measure the tuned pipeline through a tf.data service of N local worker processes too",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--html", metavar="FILE", help="write a self-contained HTML report with plots")
     p.add_argument("--run-dir", help="save the run record here (tfgpu report RUN_DIR renders it again)")
@@ -97,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
     tfgpu.configure()
     if args.steps < 5:
         raise ConfigError("--steps must be at least 5", value=args.steps, fix="pass --steps 40")
+    if args.service_workers and not args.apply:
+        raise ConfigError(
+            "--service-workers measures the tuned pipeline, which --apply builds",
+            value=args.service_workers,
+            fix=f"pass --apply --service-workers {args.service_workers}",
+        )
+    if args.service_workers < 0:
+        raise ConfigError("--service-workers must be 0 or more", value=args.service_workers, fix="pass 2")
     dataset = load_dataset(args.dataset)
     result = diagnose(
         dataset,
@@ -105,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
         target_rate=args.target_rate,
         steps=args.steps,
         apply=args.apply,
+        service_workers=args.service_workers,
     )
     data = result.to_dict()
     if args.run_dir:
@@ -176,3 +192,11 @@ def _render(data: dict[str, Any]) -> None:
             f"--apply: {'; '.join(a['changes'])} -> {a['examples_per_s']:,.0f} examples/s ({a['measured_speedup']:.2f}x), "
             f"device utilization {a['device_utilization']:.0%}"
         )
+        served = a.get("service")
+        if served and "skipped" in served:
+            out.print(f"--service-workers {served['workers']}: not measured: {served['skipped']}")
+        elif served:
+            out.print(
+                f"--service-workers {served['workers']}: through a local tf.data service -> "
+                f"{served['examples_per_s']:,.0f} examples/s ({served['measured_speedup']:.2f}x)"
+            )

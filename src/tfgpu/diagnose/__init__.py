@@ -171,9 +171,12 @@ def diagnose(
     steps: int = 40,
     warmup: int = 5,
     apply: bool = False,
+    service_workers: int = 0,
 ) -> Diagnosis:
     """Measure ``dataset`` (a batched tf.data.Dataset) against one device side (exactly one of
-    ``model`` — a compiled Keras model —, ``step_time_s`` or ``target_rate`` in examples/s)."""
+    ``model`` — a compiled Keras model —, ``step_time_s`` or ``target_rate`` in examples/s).
+    With ``apply``, the tuned pipeline is measured again; with ``service_workers`` too, through a
+    tf.data service of that many worker processes started on this host."""
     if sum(v is not None for v in (model, step_time_s, target_rate)) != 1:
         raise ConfigError(
             "Give exactly one device side: model, step_time_s or target_rate",
@@ -254,7 +257,61 @@ def diagnose(
             "device_utilization": round(min(1.0, again.examples_per_s / device_rate), 4),
             "timeline": again.steps,
         }
+        if service_workers:
+            result.applied["service"] = _through_service(
+                tuned_dataset, stages, device, items, workers=service_workers, steps=steps, warmup=warmup,
+                device_step=device_step, baseline=chosen.together_rate,
+            )  # fmt: skip
     return result
+
+
+def _through_service(
+    dataset: Any,
+    stages: list[dict[str, Any]],
+    device: Any,
+    items: list[Any],
+    *,
+    workers: int,
+    steps: int,
+    warmup: int,
+    device_step: float,
+    baseline: float,
+) -> dict[str, Any]:
+    """The tuned pipeline run on a local tf.data service, measured together with the device.
+
+    Every worker runs the whole pipeline (no sharding): what is measured is the rate at which
+    the service delivers batches, not which elements; a dynamic split per element (a range or
+    from_tensor_slices source) would measure the dispatcher's requests instead."""
+    import tensorflow as tf
+
+    from tfgpu.data.service import DataService, ServiceOptions
+
+    python = [s["name"] for s in stages if s["python"]]
+    if python:
+        return {
+            "workers": workers,
+            "skipped": f"stage {python[0]} calls Python (py_function / numpy_function), which a tf.data "
+            "service worker cannot run: replace it with TensorFlow ops first",
+        }
+    with DataService(ServiceOptions(workers=workers)) as service:
+        served = dataset.apply(
+            tf.data.experimental.service.distribute(
+                processing_mode=tf.data.experimental.service.ShardingPolicy.OFF,
+                service=service.address,
+                compression=None,
+            )
+        ).prefetch(tf.data.AUTOTUNE)
+        run = measure.together(served, device, steps=steps, warmup=warmup, device_step_s=device_step)
+    gain = run.examples_per_s / max(baseline, 1e-9)
+    for item in items:
+        if item.kind == "more-input-workers":
+            item.measured_speedup = gain
+    return {
+        "workers": workers,
+        "examples_per_s": round(run.examples_per_s, 1),
+        "input_wait_fraction": round(run.input_wait_fraction, 4),
+        "measured_speedup": round(gain, 3),
+    }
 
 
 def _on_gpu() -> bool:
