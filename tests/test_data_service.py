@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import tensorflow as tf
@@ -241,10 +242,13 @@ def test_the_cluster_layout_comes_from_slurm():
     assert options_from(args, {}).hosts is None  # one host: the local service
 
 
-def test_a_worker_past_its_restarts_stops_the_service():
+def test_a_worker_past_its_restarts_stops_the_service(monkeypatch):
     from tfgpu.data.service import DataService, ServiceOptions
 
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # as on a GPU host
     with DataService(ServiceOptions(workers=1, max_restarts=0)) as service:
+        environ = (Path("/proc") / str(service._workers[0].pid) / "environ").read_bytes().split(b"\0")
+        assert b"CUDA_VISIBLE_DEVICES=" in environ  # host work only: the worker never opens a GPU
         service._workers[0].kill()
         assert service.wait(poll_s=0.05) == 1 and service.failed_worker()[0] == 0
 

@@ -37,10 +37,18 @@ def _receive(stream: IO[bytes]) -> Any:
     return pickle.loads(stream.read(size))
 
 
+def host_only_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process that does host work only (convert's workers, tf.data
+    service workers): GPUs hidden, so it neither initializes one nor takes its memory; on a GPU
+    host each TensorFlow process that sees the GPUs would."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **extra}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
 class _Worker:
     def __init__(self, target: str) -> None:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env = host_only_env(PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tfgpu.workers", target],
             stdin=subprocess.PIPE,

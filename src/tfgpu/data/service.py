@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import ConfigError, InputError
+from tfgpu.workers import host_only_env
 
 STOP_GRACE_S = 5.0
 DEFAULT_CLUSTER_PORT = 5050  # the dispatcher's port when several hosts must agree on it
@@ -196,6 +197,7 @@ class DataService:
                 str(os.getpid()),
             ],
             stdin=subprocess.DEVNULL,
+            env=host_only_env(),
         )
 
     def failed_worker(self) -> tuple[int, int] | None:
@@ -338,7 +340,6 @@ def _worker(dispatcher: str, address: str, parent: int) -> int:
     The main thread sleeps in Python rather than in ``server.join()``: signal handlers only run
     between Python bytecodes, so a joined worker ignores SIGTERM, and an orphan would serve on.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
 
     config = tf.data.experimental.service.WorkerConfig(
