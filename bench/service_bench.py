@@ -49,7 +49,9 @@ def trainer(mode: str, address: str, batches: int, batch: int, units: int) -> No
 
     batched = make_elements(tf, batch)
     if mode == "service":
-        batched = batched.apply(tf.data.experimental.service.distribute("distributed_epoch", address, compression=None))
+        batched = batched.apply(
+            tf.data.experimental.service.distribute("distributed_epoch", address, compression=None)
+        )
     batched = batched.prefetch(2)
     weights = tf.random.stateless_normal([256, 256], seed=[1, 2])
     loops = tf.constant(units)
