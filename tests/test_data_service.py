@@ -219,6 +219,11 @@ def test_one_service_over_two_hosts(tmp_path):
         for node in nodes:
             node.send_signal(signal.SIGINT)
             node.wait(timeout=30)
+    from tfgpu.data.service import DataService, ServiceOptions
+
+    alone = ServiceOptions(workers=1, hosts=("localhost", "localhost"), port=port, ready_timeout_s=3)
+    with pytest.raises(InputError, match=r"1 of 2 tf\.data service workers registered"):
+        DataService(alone).start()  # node 1 never came: said, not served half the data
     done = run_cli("data-service", "--hosts", str(tmp_path / "hosts"), "--node-rank", "2")
     assert done.returncode == 2 and "--node-rank must be from 0 to 1 for 2 hosts" in done.stderr
 
@@ -229,8 +234,9 @@ def test_the_cluster_layout_comes_from_slurm():
     from tfgpu.cli.data_service import options_from
 
     args = argparse.Namespace(
-        workers=1, port=0, work_dir=None, host="localhost", max_restarts=3, hosts=None, node_rank=0
-    )
+        workers=1, port=0, work_dir=None, host="localhost", max_restarts=3, hosts=None, node_rank=0,
+        ready_timeout=120.0,
+    )  # fmt: skip
     slurm = {
         "SLURM_JOB_ID": "7",
         "SLURM_JOB_NODELIST": "gpu[01-02]",

@@ -25,6 +25,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--node-rank", type=int, default=0, help="this host's line in --hosts, from 0")
     p.add_argument(
+        "--ready-timeout",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="node 0 waits this long for every host's workers to register (default 120)",
+    )
+    p.add_argument(
         "--max-restarts",
         type=int,
         default=3,
@@ -52,6 +59,7 @@ def options_from(args: argparse.Namespace, environ=os.environ):
         max_restarts=args.max_restarts,
         hosts=hosts,
         node_rank=rank,
+        ready_timeout_s=args.ready_timeout,
     )
 
 
@@ -59,6 +67,10 @@ def run(args: argparse.Namespace) -> int:
     from tfgpu.data.service import DataService
 
     options = options_from(args)
+    if options.hosts and options.node_rank == 0:
+        _common.err.print(
+            f"waiting for the tf.data service workers of {len(options.hosts)} hosts to register"
+        )
     with DataService(options) as service:
         summary = {
             "address": service.address,
