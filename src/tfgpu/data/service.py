@@ -66,6 +66,10 @@ class ServiceOptions:
     ready_timeout_s: float = 120.0
 
     def __post_init__(self) -> None:
+        if self.ready_timeout_s <= 0:
+            raise ConfigError(
+                "--ready-timeout must be above 0 seconds", value=self.ready_timeout_s, fix="pass 120"
+            )
         if self.hosts is not None and not 0 <= self.node_rank < len(self.hosts):
             raise ConfigError(
                 f"--node-rank must be from 0 to {len(self.hosts) - 1} for {len(self.hosts)} hosts",
