@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -257,6 +258,35 @@ def test_a_worker_past_its_restarts_stops_the_service(monkeypatch):
         assert b"CUDA_VISIBLE_DEVICES=" in environ  # host work only: the worker never opens a GPU
         service._workers[0].kill()
         assert service.wait(poll_s=0.05) == 1 and service.failed_worker()[0] == 0
+
+
+def _parent_pid(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rpartition(")")[2].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def test_the_cli_names_a_lost_worker():
+    server = subprocess.Popen(
+        [*DATA_SERVICE, "--max-restarts", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        started = json.loads("".join(iter(server.stdout.readline, "}\n")) + "}")
+        children = subprocess.run(
+            ["pgrep", "-P", str(server.pid)], capture_output=True, text=True
+        ).stdout.split()
+        assert len(children) == 1
+        os.kill(int(children[0]), signal.SIGKILL)
+        assert server.wait(timeout=30) == 1
+        port = started["worker_ports"][0]
+        assert (
+            f"worker 0 (port {port}) was killed by SIGKILL after 0 restart(s); stopped"
+            in server.stderr.read()
+        )
+    finally:
+        if server.poll() is None:
+            server.kill()
 
 
 def slow_rows(n: int = 400):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from tfgpu.cli import _common
@@ -90,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             _common.out.print(
                 f"tf.data service at {service.address} with "
-                f"{len(service.all_worker_addresses())} workers; Ctrl-C stops it"
+                f"{len(service.all_worker_addresses())} worker(s); Ctrl-C stops it"
             )
             _common.out.print(
                 f"use it: tfgpu train TASK --data-service {service.address}, or "
@@ -102,13 +103,19 @@ def run(args: argparse.Namespace) -> int:
     if status and failed is not None:
         _common.err.print(
             f"[bold red]error:[/] data-service worker {failed[0]} (port {service.worker_ports[failed[0]]}) "
-            f"exited with status {failed[1]} after {service.restarts[failed[0]]} restarts; stopped the service"
+            f"{_ended(failed[1])} after {service.restarts[failed[0]]} restart(s); stopped the service"
         )
     return status
 
 
 def _restarted(service, index: int, status: int, restarts: int) -> None:
     _common.err.print(
-        f"[yellow]warning:[/] data-service worker {index} (port {service.worker_ports[index]}) exited with "
-        f"status {status}; restarted it ({restarts} of {service.options.max_restarts})"
+        f"[yellow]warning:[/] data-service worker {index} (port {service.worker_ports[index]}) {_ended(status)}; "
+        f"restarted it ({restarts} of {service.options.max_restarts})"
     )
+
+
+def _ended(status: int) -> str:
+    if status < 0:
+        return f"was killed by {signal.Signals(-status).name}"
+    return f"exited with status {status}"
