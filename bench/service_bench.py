@@ -42,6 +42,14 @@ def make_elements(tf, batch: int):
     return elements.batch(batch).prefetch(2)  # batches cross the network, as tfgpu.data.pipeline sends them
 
 
+def device_work(tf, weights, n):
+    """The simulated device's work: ``n`` 256x256 matmuls on this process's core."""
+    x = weights
+    for _ in tf.range(n):
+        x = tf.tanh(tf.linalg.matmul(x, weights) / 256.0)
+    return tf.reduce_sum(x)
+
+
 def trainer(mode: str, address: str, batches: int, batch: int, units: int) -> None:
     """One timed run in this (pinned) process; prints examples/s as JSON."""
     os.sched_setaffinity(0, {TRAINER_CORE})
@@ -58,10 +66,7 @@ def trainer(mode: str, address: str, batches: int, batch: int, units: int) -> No
 
     @tf.function
     def step(batch):  # the simulated device: `units` matmuls on the trainer's core
-        x = weights
-        for _ in tf.range(loops):
-            x = tf.tanh(tf.linalg.matmul(x, weights) / 256.0)
-        return tf.reduce_sum(x) + tf.reduce_sum(batch)
+        return device_work(tf, weights, loops) + tf.reduce_sum(batch)
 
     iterator = iter(batched)
     for _ in range(5):  # warm-up: tracing, the service's first elements
@@ -98,10 +103,7 @@ def _calibrate(batch: int) -> tuple[float, float]:
 
     @tf.function
     def unit(n):
-        x = weights
-        for _ in tf.range(n):
-            x = tf.tanh(tf.linalg.matmul(x, weights) / 256.0)
-        return tf.reduce_sum(x)
+        return device_work(tf, weights, n)
 
     unit(tf.constant(10)).numpy()
     start = time.perf_counter()

@@ -98,14 +98,15 @@ def run(args: argparse.Namespace) -> int:
                 f'tfgpu.data.pipeline(..., service="{service.address}")'
             )
         sys.stdout.flush()
-        status = service.wait(on_restart=lambda *a: _restarted(service, *a))
-        failed = service.failed_worker()
-    if status and failed is not None:
-        _common.err.print(
-            f"[bold red]error:[/] data-service worker {failed[0]} (port {service.worker_ports[failed[0]]}) "
-            f"{_ended(failed[1])} after {service.restarts[failed[0]]} restart(s); stopped the service"
-        )
-    return status
+        lost = service.wait(on_restart=lambda *a: _restarted(service, *a))
+    if lost is None:
+        return 0
+    index, status = lost
+    _common.err.print(
+        f"[bold red]error:[/] data-service worker {index} (port {service.worker_ports[index]}) "
+        f"{_ended(status)} after {service.restarts[index]} restart(s); stopped the service"
+    )
+    return status if status > 0 else 1  # killed by a signal: 1
 
 
 def _restarted(service, index: int, status: int, restarts: int) -> None:

@@ -17,7 +17,7 @@ begins its shard again. ``watch`` is the consumer's side: it reports a dispatche
 answering, so a trainer fails in bounded time instead of waiting forever.
 
 Consumers use the address with ``tf.data.experimental.service.distribute``. Worker processes
-start with ``python -m tfgpu.data.service worker DISPATCHER PORT``.
+start with ``python -m tfgpu.data.service worker DISPATCHER_HOST:PORT WORKER_HOST:PORT PARENT_PID``.
 """
 
 from __future__ import annotations
@@ -96,6 +96,11 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _node_worker_ports(port: int, workers: int, rank: int) -> list[int]:
+    """Node ``rank``'s worker ports in a cluster: after the dispatcher's, node by node."""
+    return [port + 1 + rank * workers + i for i in range(workers)]
 
 
 def _check_free(host: str, port: int) -> None:
@@ -201,19 +206,17 @@ class DataService:
         return port, kept[1] if kept else [_free_port(host) for _ in range(wanted)]
 
     def _cluster_ports(self) -> tuple[int, list[int]]:
-        port, workers, rank = (
-            self.options.port or DEFAULT_CLUSTER_PORT,
-            self.options.workers,
-            self.options.node_rank,
-        )
-        return port, [port + 1 + rank * workers + i for i in range(workers)]
+        port = self.options.port or DEFAULT_CLUSTER_PORT
+        return port, _node_worker_ports(port, self.options.workers, self.options.node_rank)
 
     def all_worker_addresses(self) -> list[str]:
         """Every worker's address, all hosts' (static sharding needs them up front)."""
         if not self.options.hosts:
             return [f"{self.host}:{p}" for p in self.worker_ports]
-        port, n = self.port, self.options.workers
-        return [f"{h}:{port + 1 + r * n + i}" for r, h in enumerate(self.options.hosts) for i in range(n)]
+        n = self.options.workers
+        return [
+            f"{h}:{p}" for r, h in enumerate(self.options.hosts) for p in _node_worker_ports(self.port, n, r)
+        ]
 
     def _spawn(self, port: int) -> subprocess.Popen:
         dispatcher = self.address.removeprefix("grpc://")
@@ -231,31 +234,29 @@ class DataService:
             env=host_only_env(),
         )
 
-    def failed_worker(self) -> tuple[int, int] | None:
-        """(index, exit status) of a worker process that exited, if any."""
-        for index, worker in enumerate(self._workers):
-            if worker.poll() is not None:
-                return index, worker.returncode
-        return None
-
-    def supervise(self, *, on_restart: Callable[[int, int, int], None] | None = None) -> int | None:
+    def supervise(
+        self, *, on_restart: Callable[[int, int, int], None] | None = None
+    ) -> tuple[int, int] | None:
         """Restart each worker that died on its port; ``on_restart(index, status, restarts)`` is
-        told. None while serving; the exit status (or 1) of a worker past ``max_restarts``."""
+        told. None while serving; (index, exit status) of a worker that died past ``max_restarts``
+        (a negative status: killed by that signal)."""
         for index, worker in enumerate(self._workers):
             status = worker.poll()
             if status is None:
                 continue
             if self.restarts[index] >= self.options.max_restarts:
-                return status if status > 0 else 1  # killed by a signal: 1
+                return index, status
             self.restarts[index] += 1
             self._workers[index] = self._spawn(self.worker_ports[index])
             if on_restart is not None:
                 on_restart(index, status, self.restarts[index])
         return None
 
-    def wait(self, *, poll_s: float = 0.5, on_restart: Callable[[int, int, int], None] | None = None) -> int:
-        """Serve and supervise until SIGINT / SIGTERM (0) or until a worker dies once more than
-        ``max_restarts`` times (its status, or 1)."""
+    def wait(
+        self, *, poll_s: float = 0.5, on_restart: Callable[[int, int, int], None] | None = None
+    ) -> tuple[int, int] | None:
+        """Serve and supervise until SIGINT / SIGTERM (None) or until a worker dies once more than
+        ``max_restarts`` times ((index, exit status), as ``supervise`` says)."""
         stop = {"signal": False}
 
         def asked(*_: Any) -> None:
@@ -264,11 +265,11 @@ class DataService:
         previous = {s: signal.signal(s, asked) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             while not stop["signal"]:
-                status = self.supervise(on_restart=on_restart)
-                if status is not None:
-                    return status
+                lost = self.supervise(on_restart=on_restart)
+                if lost is not None:
+                    return lost
                 time.sleep(poll_s)
-            return 0
+            return None
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)

@@ -72,10 +72,13 @@ def service_hosts(cores_needed: float, cores: int) -> int:
 
 def service_commands(hosts: int) -> tuple[str, ...]:
     """Start a service over ``hosts`` hosts (hosts.txt lists them, this one first) and train through it."""
-    start = "tfgpu data-service --workers 1 --port 5050"
-    if hosts > 1:
-        start += f" --hosts hosts.txt --node-rank R   # on each of the {hosts} hosts in hosts.txt, R its line from 0"
-    return (start, "tfgpu train TASK --data-service grpc://HOST0:5050   # HOST0: the first line of hosts.txt")
+    from tfgpu.data.service import DEFAULT_CLUSTER_PORT as port
+
+    return (
+        f"tfgpu data-service --workers 1 --port {port} --hosts hosts.txt --node-rank R"
+        f"   # on each of the {hosts} hosts in hosts.txt, R its line from 0",
+        f"tfgpu train TASK --data-service grpc://HOST0:{port}   # HOST0: the first line of hosts.txt",
+    )
 
 
 def _gain(f: Facts, new_pipeline_rate: float) -> float:
