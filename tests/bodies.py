@@ -225,3 +225,84 @@ def train_arrays_on_workers(per_replica: int, epochs: int) -> dict[str, Any]:
     trainer = tfgpu.Trainer(task, monitor_gpus=False)
     trainer.fit(epochs=epochs)
     return {"weights": trainer.model.get_weights(), "examples": trainer.evaluate()["examples"]}
+
+
+def fit_on_workers(directory: str) -> dict[str, Any]:
+    """A worker of a MultiWorkerMirrored cluster (where Keras 3's own fit fails): tfgpu.fit on the
+    user's compiled model, from arrays and from a tf.data.Dataset, with file-writing callbacks in a
+    folder of this worker's own (only the chief's may get files)."""
+    import json
+    from pathlib import Path
+
+    import keras
+    import tensorflow as tf
+
+    import tfgpu
+    from fit_models import binary_data, binary_model
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    mine = Path(directory) / f"{task['type']}-{task['index']}"
+    mine.mkdir(parents=True)
+    x, y = binary_data()
+    with strategy.scope():
+        model = binary_model()
+        from_dataset = binary_model()
+    history = tfgpu.fit(
+        model,
+        x,
+        y,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        validation_split=0.2,
+        verbose=0,
+        callbacks=[
+            keras.callbacks.CSVLogger(str(mine / "log.csv")),
+            keras.callbacks.ModelCheckpoint(str(mine / "m.keras")),
+        ],
+    )
+    evaluated = tfgpu.evaluate(model, x, y, batch_size=50)
+    dataset = tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48)
+    tfgpu.fit(from_dataset, dataset, epochs=2, verbose=0)
+    return {
+        "weights": model.get_weights(),
+        "dataset_weights": from_dataset.get_weights(),
+        "history": history.history,
+        "eval": evaluated,
+        "files": sorted(p.name for p in mine.iterdir()),
+    }
+
+
+def fit_with_parameter_servers() -> dict[str, Any]:
+    """Chief of 1 chief / 1 ps / 2 workers: tfgpu.fit on a compiled model (Keras's fit has no
+    ClusterCoordinator support); the counters Keras adds with a read then an assign must not
+    lose the steps scheduled side by side."""
+    import tensorflow as tf
+
+    import tfgpu
+    from fit_models import binary_model
+    from tasks import global_batches
+
+    strategy = tfgpu.strategy()
+    with strategy.scope():
+        model = binary_model(lr=0.01, metrics=["accuracy"])
+    data = lambda ctx, per_replica: global_batches(ctx, per_replica).map(  # noqa: E731
+        lambda a, b: (a, tf.cast(b > 0, tf.float32))
+    )
+    history = tfgpu.fit(
+        model,
+        data,
+        epochs=3,
+        steps_per_epoch=20,
+        batch_size=24,
+        verbose=0,
+        log_every=20,
+        steps_per_execution=2,
+    )
+    return {
+        "history": history.history,
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "loss_count": float(model._loss_tracker.count.numpy()),  # rows in the last epoch
+        "epochs": history.epoch,
+    }

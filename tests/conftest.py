@@ -53,6 +53,18 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     tfgpu.configure(logical_cpus=LOGICAL_CPUS)
 
 
+def local_strategy(replicas: int):
+    """OneDevice on CPU:0, or Mirrored over the first N logical CPUs of this test process."""
+    import tensorflow as tf
+
+    if replicas == 1:
+        return tf.distribute.OneDeviceStrategy("/cpu:0")
+    # Several MirroredStrategies over different device sets in one process collide on collective
+    # group keys ("joining a group with size 3, but that group has size 2"): reduce via one device.
+    devices = [f"/cpu:{i}" for i in range(replicas)]
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
 @pytest.fixture
 def clean_choices():
     from tfgpu import choices

@@ -223,8 +223,10 @@ def test_one_service_over_two_hosts(tmp_path):
     from tfgpu.data.service import DataService, ServiceOptions
 
     alone = ServiceOptions(workers=1, hosts=("localhost", "localhost"), port=port, ready_timeout_s=3)
-    with pytest.raises(InputError, match=r"1 of 2 tf\.data service workers registered"):
-        DataService(alone).start()  # node 1 never came: said, not served half the data
+    # node 1 never came: said, not served half the data. Whether node 0's own worker registered
+    # within the 3 s depends on how fast TensorFlow starts here, so either count is right
+    with pytest.raises(InputError, match=r"[01] of 2 tf\.data service workers registered"):
+        DataService(alone).start()
     done = run_cli("data-service", "--hosts", str(tmp_path / "hosts"), "--node-rank", "2")
     assert done.returncode == 2 and "--node-rank must be from 0 to 1 for 2 hosts" in done.stderr
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import run_cli
+from conftest import local_strategy, run_cli
 from tasks import GLOBAL, make_task, model
 from tfgpu import data
 from tfgpu.errors import ConfigError
@@ -26,13 +26,7 @@ TASKS = str(Path(__file__).parent / "tasks.py")
 STEPS = 12
 
 
-def strategy(replicas: int):
-    if replicas == 1:
-        return tf.distribute.OneDeviceStrategy("/cpu:0")
-    # Several MirroredStrategies over different device sets in one process collide on collective
-    # group keys ("joining a group with size 3, but that group has size 2"): reduce via one device.
-    devices = [f"/cpu:{i}" for i in range(replicas)]
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+strategy = local_strategy
 
 
 def train(replicas: int, **kw):
@@ -129,7 +123,8 @@ def test_epochs_history_and_tensorboard(tmp_path):
     result = trainer.fit(epochs=2)
     assert [h["epoch"] for h in result.history] == [1, 2]
     assert result.history[0]["steps"] == 1001 // GLOBAL
-    assert result.history[1]["eval_examples"] == 1001
+    # Keras's logs: the compiled metrics, validation with a val_ prefix
+    assert {"loss", "accuracy", "val_loss", "val_accuracy"} <= set(result.history[1])
     assert result.history[1]["loss"] < result.history[0]["loss"]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
@@ -202,7 +197,7 @@ def test_find_batch_size_search():
 def test_bad_training_options():
     with pytest.raises(ConfigError, match="exactly one of epochs or steps"):
         tfgpu.Trainer(make_task(), strategy=strategy(1), monitor_gpus=False).fit()
-    with pytest.raises(ConfigError, match="Unknown loss"):
+    with pytest.raises(ConfigError, match="Keras does not know this loss"):
         tfgpu.Task(model=model, loss="hinge-ish", train_data=lambda c, b: None)
 
 
@@ -342,7 +337,7 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
     reference = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
     result = reference.fit(epochs=2)
     assert [h["steps"] for h in result.history] == [1001 // GLOBAL] * 2
-    assert result.history[1]["eval_examples"] == 1001
+    assert result.history[1]["val_accuracy"] > 0.5
     for replicas in (2, 3):
         trainer = tfgpu.Trainer(
             _array_task(GLOBAL // replicas), strategy=strategy(replicas), monitor_gpus=False
@@ -424,9 +419,7 @@ def test_non_finite_loss_is_named_with_its_step():
     trainer = tfgpu.Trainer(
         task, strategy=strategy(1), monitor_gpus=False, log_every=10, steps_per_execution=4
     )
-    with pytest.raises(
-        tfgpu.TfgpuError, match=r"non-finite \(nan\) at step 8 \(found when reading steps 1-10\)"
-    ):
+    with pytest.raises(tfgpu.TfgpuError, match=r"non-finite at step 8 \(found when reading steps 1-10\)"):
         trainer.fit(steps=20)
 
 

@@ -20,6 +20,8 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "data": ("tfgpu.data", None),
     "Task": ("tfgpu.train", "Task"),
     "Trainer": ("tfgpu.train", "Trainer"),
+    "fit": ("tfgpu.train.keras_fit", "fit"),
+    "evaluate": ("tfgpu.train.keras_fit", "evaluate"),
     "TrainOptions": ("tfgpu.train", "TrainOptions"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
     "predict": ("tfgpu.predict", "predict"),

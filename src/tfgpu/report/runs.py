@@ -81,10 +81,10 @@ def training_section(training: dict[str, Any]) -> Section:
             ylabel="loss",
         )
     ]
-    if history and "eval_accuracy" in history[0]:
+    if history and "val_accuracy" in history[0]:
         images.append(
             plots.lines(
-                {"held-out accuracy": [(h["epoch"], h["eval_accuracy"]) for h in history]},
+                {"held-out accuracy": [(h["epoch"], h["val_accuracy"]) for h in history]},
                 title="Evaluation accuracy per epoch",
                 xlabel="epoch",
                 ylabel="accuracy",
@@ -114,8 +114,8 @@ def training_section(training: dict[str, Any]) -> Section:
         [
             h.get("epoch", h.get("step")),
             round(h["loss"], 4),
-            round(h.get("eval_loss", float("nan")), 4),
-            round(h.get("eval_accuracy", float("nan")), 4),
+            round(h.get("val_loss", float("nan")), 4),
+            round(h.get("val_accuracy", float("nan")), 4),
         ]
         for h in history
     ]

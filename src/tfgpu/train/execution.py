@@ -1,16 +1,21 @@
 """The compiled loops: up to K training steps, or a whole evaluation, inside one ``tf.function``.
 
-The iterator goes into the function and the loop takes each batch itself, the shape of orbit's
-in-graph loop and of Keras ``fit`` at ``steps_per_execution`` > 1: no Python runs between steps
-and nothing is read back to the host, so dispatch stays asynchronous and a GPU never waits for
-the host. What the host needs (loss, a NaN check, the input wait) is accumulated on the device and
-read once per log window:
+Each step is the model's own ``train_step`` (or ``test_step``) run by ``strategy.run``, so the
+compiled loss, metrics, optimizer and any override behave as under ``Model.fit``. The iterator goes
+into the function and the loop takes each batch itself, the shape of orbit's in-graph loop and of
+Keras ``fit`` at ``steps_per_execution`` > 1: no Python runs between steps and nothing is read back
+to the host, so dispatch stays asynchronous and a GPU never waits for the host. An execution
+returns, as device tensors the host reads once per log window:
 
-- ``loss``: the sum of the step losses of the execution;
-- ``first_bad``: the index (within the execution) of the first non-finite loss, or -1, counted
-  in float arithmetic on the device so the check costs no device-to-host copy per step;
+- ``logs``: the model's metric results after the execution (``get_metrics_result`` read outside
+  the replicas: exact over every replica and worker, as Keras's metric variables are ON_READ/SUM);
+  under MultiWorkerMirroredStrategy this is one all-reduce per execution;
+- ``first_bad``: the index (within the execution) of the first step after which this worker's
+  replicas reported a non-finite loss, or -1; checked on the replicas' local results, so the check
+  costs no communication and no device-to-host copy per step;
 - ``wait`` / ``first_wait``: seconds spent in ``get_next`` (host timestamps taken in the graph
-  around it), all of them and the first one, which at the start of an epoch is start-up cost.
+  around it), all of them and the first one, which at the start of an epoch is start-up cost;
+- ``examples``: the rows this worker's replicas trained on (batch shapes, no device work).
 """
 
 from __future__ import annotations
@@ -20,58 +25,48 @@ from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
 
-EVAL_KEYS = ("count", "loss")
 
-
-def replica_train_step(
-    *,
-    model: Any,
-    optimizer: Any,
-    loss_fn: Callable[[Any, Any], Any],
-    global_batch: int,
-    replicas: int,
-    jit_compile: bool,
-) -> Callable[..., Any]:
-    """One replica's step: the loss scaled by the global batch, regularization by the replicas."""
+def _rows(strategy: Any, batch: Any) -> Any:
+    """The rows of this worker's part of a (distributed) batch: shapes only."""
     import tensorflow as tf
 
-    scales = hasattr(optimizer, "scale_loss") and type(optimizer).__name__ == "LossScaleOptimizer"
-
-    def step(*batch: Any) -> Any:
-        x, y = batch[0], batch[1]
-        with tf.GradientTape() as tape:
-            per_example = loss_fn(y, model(x, training=True))
-            if len(batch) > 2:
-                per_example = per_example * tf.cast(tf.reshape(batch[2], [-1]), tf.float32)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-            if model.losses:
-                loss += tf.add_n([tf.cast(v, tf.float32) for v in model.losses]) / replicas
-            scaled = optimizer.scale_loss(loss) if scales else loss
-        grads = tape.gradient(scaled, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return loss
-
-    return tf.function(step, jit_compile=True) if jit_compile else step
+    parts = strategy.experimental_local_results(tf.nest.flatten(batch)[0])
+    return tf.add_n([tf.shape(p)[0] for p in parts])
 
 
-def train_execution(strategy: Any, replica_step: Callable[..., Any]) -> Callable[[Any, Any], dict[str, Any]]:
+def _all_finite(strategy: Any, outputs: Any) -> Any:
+    """True when every local replica's "loss" output is finite (True when the step has none)."""
+    import tensorflow as tf
+
+    loss = outputs.get("loss") if isinstance(outputs, dict) else None
+    if loss is None:
+        return tf.constant(True)
+    parts = strategy.experimental_local_results(loss)
+    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(tf.cast(p, tf.float32))) for p in parts])
+
+
+def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
+    step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
+
     def body(batch: Any, state: Any, index: Any) -> Any:
-        total, finite = state
-        per_replica = strategy.run(replica_step, args=tuple(batch))
-        total += tf.cast(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None), tf.float32)
-        # the running sum stays non-finite from the first non-finite loss on: counting the steps
-        # it was finite names that step
-        return total, finite + tf.cast(tf.math.is_finite(total), tf.float32)
+        finite_steps, examples = state
+        outputs = strategy.run(step, args=(batch,))
+        # counts the steps until the first non-finite one; later steps add nothing
+        ok = tf.logical_and(
+            _all_finite(strategy, outputs), tf.equal(finite_steps, tf.cast(index, tf.float32))
+        )
+        return finite_steps + tf.cast(ok, tf.float32), examples + tf.cast(_rows(strategy, batch), tf.float32)
 
     @tf.function
     def execute(iterator: Any, limit: Any) -> dict[str, Any]:
         out = in_graph_loop(iterator, limit, body, (tf.constant(0.0), tf.constant(0.0)))
-        total, finite = out.pop("state")
-        first_bad = tf.where(tf.math.is_finite(total), tf.constant(-1.0), finite)
-        return {**out, "loss": total, "first_bad": first_bad}
+        finite_steps, examples = out.pop("state")
+        done = tf.cast(out["steps"], tf.float32)
+        first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))
+        return {**out, "examples": examples, "first_bad": first_bad, "logs": model.get_metrics_result()}
 
     return execute
 
@@ -87,42 +82,50 @@ def skip_batches() -> Callable[[Any, Any], Any]:
     return skip
 
 
-def eval_execution(
-    strategy: Any, *, model: Any, loss_fn: Callable[[Any, Any], Any], metric_fns: dict[str, Any]
-) -> Callable[[Any], dict[str, Any]]:
-    """fn(iterator) -> sums of count, loss and each metric over every example, in one call."""
+def example_counter(strategy: Any) -> Any:
+    """A row counter summed over replicas and workers when read (ON_READ / SUM, as Keras's metrics)."""
     import tensorflow as tf
 
-    keys = [*EVAL_KEYS, *metric_fns]
+    with strategy.scope():
+        return tf.Variable(
+            0.0,
+            trainable=False,
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.SUM,
+            name="examples_seen",
+        )
 
-    def replica(*batch: Any) -> dict[str, Any]:
-        x, y = batch[0], batch[1]
 
-        def compute() -> dict[str, Any]:
-            predictions = model(x, training=False)
-            out = {
-                "count": tf.cast(tf.shape(predictions)[0], tf.float32),
-                "loss": tf.reduce_sum(loss_fn(y, predictions)),
-            }
-            for name, fn in metric_fns.items():
-                out[name] = tf.reduce_sum(tf.cast(fn(y, predictions), tf.float32))
-            return out
+def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, Any], dict[str, Any]]:
+    """fn(iterator, limit) -> the model's metric results and the exact example count (``counter``,
+    from ``example_counter``) over up to ``limit`` batches, in one call. Reset both first."""
+    import tensorflow as tf
 
-        # the last batch can leave a replica with zero examples; some kernels (oneDNN Conv2D)
-        # reject an empty batch, and it adds nothing to the sums anyway
-        rows = tf.shape(tf.nest.flatten(x)[0])[0]
-        return tf.cond(rows > 0, compute, lambda: {k: tf.constant(0.0) for k in keys})
+    def replica(batch: Any) -> Any:
+        rows = tf.shape(tf.nest.flatten(batch)[0])[0]
 
-    def body(batch: Any, sums: Any, index: Any) -> Any:
-        per_replica = strategy.run(replica, args=tuple(batch))
-        # one reduce per value: MultiWorkerMirroredStrategy does not reduce a dict at once
-        return {
-            k: sums[k] + strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica[k], axis=None) for k in keys
-        }
+        def run() -> Any:
+            with tf.control_dependencies(tf.nest.flatten(model.test_step(batch))):
+                return counter.assign_add(tf.cast(rows, tf.float32))
+
+        # the last batch can leave a replica with zero examples: its mean loss would be 0/0, and
+        # some kernels (oneDNN Conv2D) reject an empty batch; it adds nothing to the metrics anyway
+        return tf.cond(rows > 0, run, lambda: tf.constant(0.0))
+
+    def body(batch: Any, state: Any, index: Any) -> Any:
+        strategy.run(replica, args=(batch,))
+        return state
 
     @tf.function
-    def evaluate(iterator: Any) -> dict[str, Any]:
-        start = {k: tf.constant(0.0) for k in keys}
-        return in_graph_loop(iterator, tf.int32.max, body, start)["state"]
+    def evaluate(iterator: Any, limit: Any) -> dict[str, Any]:
+        out = in_graph_loop(iterator, limit, body, tf.constant(0))
+        return {"examples": counter.read_value(), "steps": out["steps"], "logs": model.get_metrics_result()}
 
     return evaluate
+
+
+def metrics_reader(model: Any) -> Callable[[], dict[str, Any]]:
+    """fn() -> the model's metric results, read outside the replicas in one compiled call."""
+    import tensorflow as tf
+
+    return tf.function(model.get_metrics_result)

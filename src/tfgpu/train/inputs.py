@@ -17,11 +17,20 @@ source is built once per Trainer and a fresh iterator is taken each epoch:
 Where the replicas are not the host CPU, the strategy's distributed iterator copies each batch to
 its device ahead of the step (fetch-to-device); one replica on the host CPU iterates the dataset
 directly, since the distributed iterator's bookkeeping measured about 20% of a small step there.
+
+- a ``tf.data.Dataset`` of global batches, as Keras's ``fit`` takes it: distributed with
+  ``experimental_distribute_dataset`` (each replica its slice of each global batch, each worker
+  its share), iterated as it is on one host-CPU replica.
+
+With ``steps_per_epoch`` (arrays always; other sources when the Task sets it) an epoch is that many
+steps and the iterator goes on from one epoch to the next, as Keras does; it starts again when the
+data runs out. ``class_weight`` becomes sample weights, in the input pipeline.
 """
 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +47,8 @@ def is_arrays(source: Any) -> bool:
 def _has_rows(value: Any) -> bool:
     if isinstance(value, dict):
         return bool(value) and all(_has_rows(v) for v in value.values())
+    if isinstance(value, tuple):  # several outputs' labels
+        return bool(value) and all(_has_rows(v) for v in value)
     shape = getattr(value, "shape", None)
     return shape is not None and len(shape) >= 1
 
@@ -50,7 +61,7 @@ def array_rows(source: Any) -> int:
     counts = {}
     for name, part in zip(names, source, strict=False):
         for i, leaf in enumerate(tf.nest.flatten(part)):
-            counts[f"{name}[{i}]" if isinstance(part, dict) else name] = int(leaf.shape[0])
+            counts[f"{name}[{i}]" if isinstance(part, dict | tuple) else name] = int(leaf.shape[0])
     if len(set(counts.values())) != 1:
         raise ConfigError(
             "The arrays of train_data / eval_data have different numbers of rows",
@@ -91,12 +102,18 @@ class Input:
 
         self.source, self.task, self.training = source, task, training
         self.global_batch, self.strategy, self.direct = global_batch, strategy, direct
-        self.per_epoch = callable(source) and takes_epoch(source)
-        self.steps_per_epoch: int | None = None
+        self.is_dataset = isinstance(source, tf.data.Dataset)
+        self.per_epoch = callable(source) and not self.is_dataset and takes_epoch(source)
+        self.steps_per_epoch: int | None = task.steps_per_epoch if training else None
+        self.element_spec: Any = None  # one worker's dataset's, set when it is built
+        self._weigh = _class_weights(task.class_weight) if training and task.class_weight else None
         self._built: Any = None
+        self._built_epoch: int | None = None
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self._arrays_given = is_arrays(source)
         if self._arrays_given:
+            if self._weigh is not None:
+                source = self._weigh(*source)
             rows = array_rows(source)
             if training and rows < global_batch:
                 raise ConfigError(
@@ -114,28 +131,62 @@ class Input:
 
     def iterator(self, epoch: int, step: int = 0) -> tuple[Any, int]:
         """An iterator for ``epoch`` and the batches to skip in it to reach ``step``."""
-        if self.steps_per_epoch is not None:  # one dataset over all epochs, from ``epoch`` on
+        if self.steps_per_epoch is not None:  # one iterator over the epochs, from ``epoch`` on
             if self._live is not None and self._live[1:] == (epoch, step):
                 return self._live[0], 0
             self._live = None  # the old iterator (and its prefetch threads) goes first
-            self._first_epoch.assign(epoch)  # read when the iterator starts
-            if self._built is None:
-                self._built = self._build(epoch)
-            return iter(self._built), step
-        if self._built is None or self.per_epoch:
-            self._built = self._build(epoch)
-        return iter(self._built), step
+            if self._arrays_given:
+                self._first_epoch.assign(epoch)  # read when the iterator starts
+        return iter(self.built(epoch)), step
 
-    def stopped_at(self, iterator: Any, epoch: int, step: int) -> None:
-        """Where ``iterator`` now stands (the next batch is ``step`` of ``epoch``)."""
-        if self.steps_per_epoch is not None:
-            if step >= self.steps_per_epoch:
-                epoch, step = epoch + 1, 0
-            self._live = (iterator, epoch, step)
+    def built(self, epoch: int = 0) -> Any:
+        """The (distributed) dataset for ``epoch``: built once, or each epoch for a function that
+        takes the epoch."""
+        if self._built is None or (self.per_epoch and self._built_epoch != epoch):
+            self._built, self._built_epoch = self._build(epoch), epoch
+        return self._built
+
+    def spec(self) -> Any:
+        """One worker's element spec (what the model is built from); builds the dataset if needed."""
+        import tensorflow as tf
+
+        if self.element_spec is None:
+            if isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
+                # the workers build their own datasets; this one is only looked at
+                self.per_worker_factory()(tf.distribute.InputContext())
+            else:
+                self.built(0)
+        return self.element_spec
+
+    def per_worker_factory(self) -> Callable[[Any], Any]:
+        """fn(input_context) -> this source's dataset on one worker (ParameterServerStrategy)."""
+        if self.is_dataset:
+            raise ConfigError(
+                "Under ParameterServerStrategy the training data must be built on each worker",
+                value="a tf.data.Dataset",
+                fix="pass a data function fn(input_context, per_replica_batch), arrays or a dataset directory",
+            )
+        return self._per_worker(0)
+
+    def stopped_at(self, iterator: Any, epoch: int, step: int, *, exhausted: bool = False) -> None:
+        """Where ``iterator`` now stands (the next batch is ``step`` of ``epoch``); ``exhausted``:
+        it ran out of data, so the next epoch starts a new one."""
+        if self.steps_per_epoch is None:
+            return
+        if exhausted:
+            self._live = None
+            return
+        if step >= self.steps_per_epoch:
+            epoch, step = epoch + 1, 0
+        self._live = (iterator, epoch, step)
 
     def _build(self, epoch: int) -> Any:
         import tensorflow as tf
 
+        if self.is_dataset:
+            dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
+            self.element_spec = dataset.element_spec
+            return dataset if self.direct else self.strategy.experimental_distribute_dataset(dataset)
         make = self._per_worker(epoch)
         if self.direct:
             return make(tf.distribute.InputContext())
@@ -147,15 +198,25 @@ class Input:
         source, task, training = self.source, self.task, self.training
 
         def make(ctx: Any) -> Any:
+            dataset = made(ctx)
+            self.element_spec = dataset.element_spec
+            return dataset
+
+        def made(ctx: Any) -> Any:
             per_replica = ctx.get_per_replica_batch_size(self.global_batch)
             if self._arrays_given:
                 return self._arrays(ctx, per_replica)
             if callable(source):
-                return source(ctx, per_replica, epoch=epoch) if self.per_epoch else source(ctx, per_replica)
-            options = {"training": training, "supervised": True, "seed": task.seed, **task.pipeline}
-            if not training:
-                options.update(training=False, cache=task.pipeline.get("cache", "auto"))
-            return data.pipeline(source, batch_size=per_replica, input_context=ctx, **options)
+                dataset = (
+                    source(ctx, per_replica, epoch=epoch) if self.per_epoch else source(ctx, per_replica)
+                )
+                _check_dataset(dataset, source, training=training)
+            else:
+                options = {"training": training, "supervised": True, "seed": task.seed, **task.pipeline}
+                if not training:
+                    options.update(training=False, cache=task.pipeline.get("cache", "auto"))
+                dataset = data.pipeline(source, batch_size=per_replica, input_context=ctx, **options)
+            return dataset.map(self._weigh) if self._weigh is not None else dataset
 
         return make
 
@@ -205,6 +266,66 @@ class Input:
 CHUNK_BYTES = 8 << 20
 
 
+def _check_dataset(dataset: Any, fn: Any, *, training: bool) -> None:
+    import tensorflow as tf
+
+    if not isinstance(dataset, tf.data.Dataset):
+        name = getattr(fn, "__qualname__", repr(fn))
+        raise ConfigError(
+            f"The {'train' if training else 'eval'}_data function {name} returned "
+            f"{type(dataset).__name__}, not a tf.data.Dataset",
+            value=dataset if dataset is None else type(dataset).__name__,
+            fix="return tf.data.Dataset.from_tensor_slices((x, y)).batch(per_replica_batch) "
+            "(or pass arrays as train_data=(x, y))",
+        )
+
+
+def _class_weights(class_weight: dict[Any, float]) -> Callable[..., Any]:
+    """fn(x, y[, sample_weight]) -> (x, y, sample_weight * class_weight[y]), as Keras's fit weighs.
+
+    Labels are class ids, a single column of them (rounded: binary labels), or one-hot rows
+    (argmax); a class not in the dict weighs 1.
+    """
+    import tensorflow as tf
+
+    try:
+        ids = {int(k): float(v) for k, v in class_weight.items()}
+    except (TypeError, ValueError):
+        raise ConfigError(
+            "class_weight must map class ids (whole numbers) to weights",
+            value=class_weight,
+            fix="pass class_weight={0: 1.0, 1: 5.0}",
+        ) from None
+    if not ids or min(ids) < 0:
+        raise ConfigError(
+            "class_weight must map class ids from 0 up to weights",
+            value=class_weight,
+            fix="pass class_weight={0: 1.0, 1: 5.0}",
+        )
+    table = tf.constant([ids.get(i, 1.0) for i in range(max(ids) + 1)], tf.float32)
+
+    def weigh(*batch: Any) -> Any:
+        x, y = batch[0], batch[1]
+        if not tf.is_tensor(y) and not hasattr(y, "shape"):
+            raise ConfigError(
+                "class_weight needs a model with one output, but the labels hold several",
+                value=class_weight,
+                fix="pass sample_weight per output instead, or drop class_weight",
+            )
+        y = tf.convert_to_tensor(y)
+        if y.shape.rank is not None and y.shape.rank > 1 and y.shape[-1] not in (None, 1):
+            ids_ = tf.argmax(y, axis=-1)
+        else:
+            ids_ = tf.round(tf.reshape(tf.cast(y, tf.float32), [-1]))
+        padded = tf.concat([table, [1.0]], 0)  # ids past the table weigh 1
+        weights = tf.gather(padded, tf.clip_by_value(tf.cast(ids_, tf.int32), 0, len(padded) - 1))
+        if len(batch) > 2 and batch[2] is not None:
+            weights = weights * tf.cast(tf.reshape(batch[2], [-1]), tf.float32)
+        return x, batch[1], weights
+
+    return weigh
+
+
 def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: bool) -> Any:
     """Batches gathered several at a time (one map call per chunk: small batches are cheap).
 
@@ -228,7 +349,7 @@ def steps_per_epoch(source: Any, global_batch: int) -> int | None:
     """Training steps in one epoch when the source says (arrays, a dataset directory), else None."""
     if is_arrays(source):
         return array_rows(source) // global_batch
-    if callable(source):
+    if not isinstance(source, str | os.PathLike):
         return None
     from tfgpu import data
 

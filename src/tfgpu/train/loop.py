@@ -1,18 +1,17 @@
 """``tfgpu.Trainer``: a training loop correct under every tf.distribute strategy, and fast on a GPU.
 
-Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585) and has
-shipped NaN-loss regressions under MirroredStrategy, so tfgpu owns the loop and tests it against a
-single device. Its shape is orbit's: one compiled function runs an execution (up to K steps, each
-taking its batch from the iterator inside the graph, see ``execution``) and returns device-side
-accumulators; the host dispatches executions without reading them and, once per log window,
-reads them and runs the hooks (``windows``). The parameter-server loop schedules the same
-execution on its workers and shares the hooks. What each step does:
-
-- per-example losses scaled by the global batch (``compute_average_loss``), regularization scaled
-  by the replicas, gradients all-reduced by the optimizer; fp16 uses loss scaling;
-- XLA on request;
-- the wait for each batch is timed in the graph, so input-boundness is measured as it runs;
-- evaluation sums per-example values across replicas and workers: exact for any dataset size.
+Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585) and under
+ParameterServerStrategy, so tfgpu owns the loop and tests it against Keras on a single device. What
+runs each step is Keras's: the model's own ``train_step`` (its compiled loss, metrics, optimizer,
+regularization, loss scaling, or the user's override; see ``tfgpu.train.model``). The loop's shape
+is orbit's: one compiled function runs an execution (up to K steps, each taking its batch from the
+iterator inside the graph, see ``execution``) and returns device-side accumulators; the host
+dispatches executions without reading them and, once per log window, reads them and runs the hooks
+(``windows``). Keras callbacks are called as ``Model.fit`` calls them at the same
+``steps_per_execution``: batch hooks once per execution (with the logs as device tensors, turned
+into numbers off the main thread by Keras's ``CallbackList`` when no callback needs them at once),
+epoch hooks with the epoch's logs and validation. The parameter-server loop schedules the same
+execution on its workers and shares the hooks.
 """
 
 from __future__ import annotations
@@ -25,11 +24,14 @@ from typing import Any
 
 from tfgpu import choices, cluster, distribute
 from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution, inputs
+from tfgpu.train import model as model_setup
 from tfgpu.train.checkpoints import Checkpoints
+from tfgpu.train.evaluation import Evaluator
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
-from tfgpu.train.task import Task, make_optimizer, metric_functions, per_example_loss
-from tfgpu.train.windows import RunLog, Window
+from tfgpu.train.task import Task
+from tfgpu.train.windows import RunLog, Window, pythonify
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +94,18 @@ class Trainer:
         self._input_strategy = feed or self.strategy
         self.is_chief = spec is None or spec.is_chief
         self.worker_name = f"{spec.task_type}-{spec.task_index}" if spec else "local"
+        # input pipelines training side by side (MultiWorkerMirrored: one per worker)
+        self._pipelines = (
+            sum(len(spec.cluster.get(r, ())) for r in ("chief", "worker"))
+            if spec is not None and not _is_ps(self.strategy)
+            else 1
+        )
         choices.record(
             "global_batch",
-            f"{self.global_batch}",
-            f"{task.batch_size} per replica x {self.replicas} replicas",
+            "from the dataset" if isinstance(task.train_data, _dataset_type()) else f"{self.global_batch}",
+            "its batches are global batches, split over the replicas"
+            if isinstance(task.train_data, _dataset_type())
+            else f"{task.batch_size} per replica x {self.replicas} replicas",
         )
         k = self.options.execution_steps
         choices.record(
@@ -113,20 +123,27 @@ class Trainer:
         import tensorflow as tf
 
         with self.strategy.scope():
-            self.model = self.task.model()
-            optimizer = make_optimizer(self.task)
-            if keras.mixed_precision.dtype_policy().name == "mixed_float16" and not isinstance(
-                optimizer, keras.optimizers.LossScaleOptimizer
-            ):
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-                choices.record("loss_scaling", "dynamic", "fp16 needs it")
-            self.optimizer = optimizer
-            self.optimizer.build(self.model.trainable_variables)
+            self.model = model_setup.from_task(self.task)
+        if not model_setup.fits_strategy(self.model, self.strategy):
+            raise ConfigError(
+                f"The model was created under another strategy than the {type(self.strategy).__name__} "
+                "it is to train under",
+                value=type(model_setup.owner(self.model) or tf.distribute.get_strategy()).__name__,
+                fix="create and compile the model inside `with strategy.scope():` of the strategy you train with",
+            )
+        self.optimizer = self.model.optimizer
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            choices.record("loss_scaling", "dynamic", "fp16 needs it (Keras's LossScaleOptimizer)")
+        train_data, eval_data = _split(self.task)
+        self._eval_source = eval_data
+        self._functions: dict[str, Any] = {}
+        self._inputs: dict[str, inputs.Input] = {"train": self._input(train_data, training=True)}
+        model_setup.build(self.model, self.strategy, self._inputs["train"].spec())
+        with self.strategy.scope():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
-        self.loss_fn = per_example_loss(self.task)
-        self.metric_fns = metric_functions(self.task)
+        self._evaluator: Evaluator | None = None
         self.checkpoints = Checkpoints(
             self.options.checkpoint_dir,
             objects={
@@ -146,10 +163,9 @@ class Trainer:
             n: int(v.read_value())
             for n, v in (("step", self.step), ("epoch", self.epoch), ("epoch_step", self.epoch_step))
         }
-        self._functions: dict[str, Any] = {}
-        self._inputs: dict[str, inputs.Input] = {}
         self._limits: dict[int, Any] = {}
         self._warm = False  # the training function has run once (traced and instantiated)
+        self._last: dict[str, Any] | None = None  # the last execution's accumulators
         if self.resumed_from:
             log.info("resumed from %s at step %d", self.resumed_from, self._counters["step"])
 
@@ -170,24 +186,12 @@ class Trainer:
         return self._functions[name]
 
     def _make_function(self, name: str) -> Any:
-        if name == "eval":
-            return execution.eval_execution(
-                self.strategy, model=self.model, loss_fn=self.loss_fn, metric_fns=self.metric_fns
-            )
         if name == "skip":
             return execution.skip_batches()
         return self._execution()
 
     def _execution(self) -> Callable[[Any, Any], dict[str, Any]]:
-        step = execution.replica_train_step(
-            model=self.model,
-            optimizer=self.optimizer,
-            loss_fn=self.loss_fn,
-            global_batch=self.global_batch,
-            replicas=self.replicas,
-            jit_compile=self.options.jit_compile,
-        )
-        return execution.train_execution(self.strategy, step)
+        return execution.train_execution(self.strategy, self.model, jit_compile=self.options.jit_compile)
 
     def _save(self, step: int) -> str | None:
         for name, variable in (("step", self.step), ("epoch", self.epoch), ("epoch_step", self.epoch_step)):
@@ -223,15 +227,21 @@ class Trainer:
         self._counters["step"] += taken
         self._counters["epoch_step"] += taken
 
-    def _run_log(self, steps: int | None) -> RunLog:
-        return RunLog(
+    def _run_log(self, steps: int | None, callbacks: Any) -> RunLog:
+        import keras
+
+        run = RunLog(
             options=self.options,
             global_batch=self.global_batch,
             is_chief=self.is_chief,
             total_steps=steps,
             on_progress=self.on_progress,
             save=self._save,
+            workers=self._pipelines,
         )
+        # with TerminateOnNaN the user asked for Keras's way: stop, do not raise
+        run.nan_raises = not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks.callbacks)
+        return run
 
     def _finish(self, run: RunLog) -> TrainResult:
         final = self._save(self._counters["step"]) if self.checkpoints.enabled else None
@@ -244,70 +254,119 @@ class Trainer:
         )
 
     # -- fit -----------------------------------------------------------------------------------
-    def fit(self, *, epochs: int | None = None, steps: int | None = None) -> TrainResult:
-        """Train for ``epochs`` passes over the data, or ``steps`` steps in all (resuming counts)."""
-        if (epochs is None) == (steps is None):
-            raise ConfigError(
-                "Pass exactly one of epochs or steps",
-                value={"epochs": epochs, "steps": steps},
-                fix="e.g. fit(epochs=3)",
-            )
+    def fit(
+        self,
+        *,
+        epochs: int | None = None,
+        steps: int | None = None,
+        initial_epoch: int = 0,
+        verbose: Any = 0,
+        validation_freq: int | Any = 1,
+        validation_steps: int | None = None,
+    ) -> TrainResult:
+        """Train for ``epochs`` passes over the data (counting from ``initial_epoch``), or ``steps``
+        steps in all (resuming counts), calling the Task's Keras callbacks as ``Model.fit`` does.
+
+        ``verbose`` shows Keras's progress bar (0: none; tfgpu train prints its own lines).
+        Validation runs on ``eval_data`` after epochs that ``validation_freq`` names, up to
+        ``validation_steps`` batches; its figures are logged with a ``val_`` prefix.
+        """
+        _check_length(epochs=epochs, steps=steps, initial_epoch=initial_epoch)
+        if (
+            initial_epoch
+            and not self.resumed_from
+            and self._counters == {"step": 0, "epoch": 0, "epoch_step": 0}
+        ):
+            self._counters["epoch"] = initial_epoch
+        self._validation = (validation_freq, validation_steps)
+        callbacks = callback_setup.callback_list(
+            self.task.callbacks,
+            model=self.model,
+            is_chief=self.is_chief,
+            verbose=verbose,
+            epochs=epochs if epochs is not None else 1,
+            steps=self._inputs["train"].steps_per_epoch,
+        )
         if _is_ps(self.strategy):
-            return self._fit_parameter_server(epochs=epochs, steps=steps)
+            return self._fit_parameter_server(epochs=epochs, steps=steps, callbacks=callbacks)
         choices.announce()
-        with self._run_log(steps) as run:
+        self.model.stop_training = False
+        callbacks.on_train_begin()
+        with self._run_log(steps, callbacks) as run:
             while self._counters["epoch"] < (epochs if epochs is not None else float("inf")):
                 if steps is not None and self._counters["step"] >= steps:
                     break
-                if not self._train_epoch(run, steps):
+                if self._counters["epoch_step"] == 0:
+                    self.model.reset_metrics()
+                    callbacks.on_epoch_begin(self._counters["epoch"])
+                if not self._train_epoch(run, steps, callbacks):
                     break
-                self._end_epoch(run)
+                self._end_epoch(run, callbacks)
+                if self.model.stop_training:
+                    break
+        callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
 
-    def _train_epoch(self, run: RunLog, steps: int | None) -> bool:
-        """Train until the epoch's data runs out (True) or ``steps`` is reached (False)."""
+    def _train_epoch(self, run: RunLog, steps: int | None, callbacks: Any) -> bool:
+        """Train until the epoch's end (True) or ``steps`` is reached (False)."""
         epoch = self._counters["epoch"]
-        if "train" not in self._inputs:
-            self._inputs["train"] = self._input(self.task.train_data, training=True)
         source = self._inputs["train"]
         iterator, skip = source.iterator(epoch, self._counters["epoch_step"])
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
             self._function("skip")(iterator, self._constant(skip))
+        ended = False
         try:
-            return self._train_steps(run, iterator, steps, per_epoch=source.steps_per_epoch)
+            ended = self._train_steps(
+                run, iterator, steps, per_epoch=source.steps_per_epoch, callbacks=callbacks
+            )
+            return ended
         finally:
-            source.stopped_at(iterator, epoch, self._counters["epoch_step"])
+            per_epoch = source.steps_per_epoch
+            exhausted = ended and (per_epoch is None or self._counters["epoch_step"] < per_epoch)
+            source.stopped_at(iterator, epoch, self._counters["epoch_step"], exhausted=exhausted)
 
-    def _train_steps(self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None) -> bool:
+    def _train_steps(
+        self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
+    ) -> bool:
         epoch = self._counters["epoch"]
         execute = self._function("train")
         window = Window(epoch, self._counters["step"])
         epoch_start = True
+        batch_hooks = callback_setup.has_batch_hooks(callbacks)
         while True:
             limit = min(self.options.execution_steps, self._to_boundary(steps, per_epoch))
             if limit <= 0:  # ``steps`` reached, or resumed at the very end of an epoch
                 run.close(window)
                 return per_epoch is not None and self._counters["epoch_step"] >= per_epoch
+            begin = self._counters["epoch_step"]
+            if batch_hooks:
+                callbacks.on_train_batch_begin(begin)
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
-            taken = limit if per_epoch is not None else int(stats["steps"])
+            taken = limit if self._inputs["train"]._arrays_given else int(stats["steps"])
             warm_up = None if self._warm else time.perf_counter() - called
-            window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
+            if taken:
+                window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
+                self._last = stats
+                if batch_hooks:
+                    callbacks.on_train_batch_end(begin + taken - 1, stats["logs"])
             epoch_start, self._warm = False, True
             self._advance(taken)
             ended = taken < limit or self._counters["epoch_step"] == per_epoch
-            if ended or self._at_boundary() or self._counters["step"] == steps:
+            if ended or self._at_boundary() or self._counters["step"] == steps or self.model.stop_training:
                 run.close(window)
                 window = Window(epoch, self._counters["step"])
             if ended:
                 if self._counters["epoch_step"] == 0:
                     raise ConfigError(
                         f"train_data gave no batch in epoch {epoch + 1}",
-                        value=self.task.train_data,
-                        fix="check that the data function returns a non-empty dataset batched by the per-replica batch",
+                        value=_describe(self.task.train_data),
+                        fix="check that the data is not empty (a data function must return a dataset batched by the per-replica batch)",
                     )
+                return True
+            if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
 
     def _dispatch(self, execute: Any, iterator: Any, limit: int) -> dict[str, Any]:
@@ -323,32 +382,46 @@ class Trainer:
                 fix="lower the batch size (tfgpu.find_batch_size(task) finds the largest that fits), or use precision='auto'",
             ) from None
 
-    def _end_epoch(self, run: RunLog) -> None:
-        extra = {}
-        if self.task.eval_data is not None:
-            extra = {f"eval_{k}": v for k, v in self.evaluate().items()}
-        run.end_epoch(self._counters["epoch"], extra)
+    def _epoch_logs(self) -> dict[str, Any]:
+        if self._last is not None:
+            return pythonify(self._last["logs"])
+        return pythonify(execution.metrics_reader(self.model)())
+
+    def _end_epoch(self, run: RunLog, callbacks: Any) -> None:
+        epoch = self._counters["epoch"]
+        logs = self._epoch_logs()
+        freq, limit = getattr(self, "_validation", (1, None))
+        if self._eval_source is not None and _should_validate(epoch, freq):
+            val = self.evaluate(limit=limit, callbacks=callbacks)
+            val.pop("examples", None)
+            logs.update({f"val_{k}": v for k, v in val.items()})
+        run.end_epoch(epoch, logs)
+        callbacks.on_epoch_end(epoch, logs)
+        self._last = None
         self._counters["epoch"] += 1
         self._counters["epoch_step"] = 0
 
     # -- evaluate ------------------------------------------------------------------------------
-    def evaluate(self, data: Any = None) -> dict[str, float]:
-        """Loss and metrics over every example of ``data`` (default: the task's eval data), exactly."""
-        if data is None and self.task.eval_data is None:
+    def evaluate(
+        self, data: Any = None, *, limit: int | None = None, callbacks: Any = None
+    ) -> dict[str, float]:
+        """The model's loss and metrics over every example of ``data`` (default: the task's eval
+        data), exact whatever the replicas and workers, with ``examples`` counted; up to ``limit``
+        batches."""
+        if data is None and self._eval_source is None:
             raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
         if data is None:
             if "eval" not in self._inputs:
-                self._inputs["eval"] = self._input(self.task.eval_data, training=False)
+                self._inputs["eval"] = self._input(self._eval_source, training=False)
             source = self._inputs["eval"]
         else:
             source = self._input(data, training=False)
-        iterator, _ = source.iterator(0)
-        sums = {k: float(v) for k, v in self._function("eval")(iterator).items()}
-        count = sums.pop("count", 0.0)
-        return {"examples": count, **{k: v / count for k, v in sums.items()}} if count else {"examples": 0.0}
+        if self._evaluator is None:
+            self._evaluator = Evaluator(self.strategy, self.model)
+        return self._evaluator(source, limit=limit, callbacks=callbacks)
 
     # -- parameter server ------------------------------------------------------------------------
-    def _fit_parameter_server(self, *, epochs: int | None, steps: int | None) -> TrainResult:
+    def _fit_parameter_server(self, *, epochs: int | None, steps: int | None, callbacks: Any) -> TrainResult:
         """The coordinator schedules the same execution on the workers; the hooks are shared."""
         import tensorflow as tf
 
@@ -364,18 +437,24 @@ class Trainer:
                 )
             steps = per_epoch * int(epochs or 1)
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
-        make = self._input(self.task.train_data, training=True)._per_worker(0)
+        make = self._inputs["train"].per_worker_factory()
         strategy = self.strategy
 
         def per_worker() -> Any:  # the pattern of TensorFlow's parameter-server tutorial
             return strategy.distribute_datasets_from_function(lambda ctx: make(ctx).repeat())
 
         iterators = iter(coordinator.create_per_worker_dataset(per_worker))
+        model_setup.atomic_counters(self.model)  # executions run side by side on the workers
         execute = self._function("train")
         workers = len(cluster.from_environ().cluster.get("worker", ())) or 1
         choices.announce()
-        with self._run_log(steps) as run:
-            while self._counters["step"] < steps:
+        self.model.stop_training = False
+        callbacks.on_train_begin()
+        with self._run_log(steps, callbacks) as run:
+            while self._counters["step"] < steps and not self.model.stop_training:
+                if self._counters["epoch_step"] == 0:
+                    self.model.reset_metrics()
+                    callbacks.on_epoch_begin(self._counters["epoch"])
                 window = Window(self._counters["epoch"], self._counters["step"], workers=workers)
                 todo = self._to_boundary(steps, per_epoch or None)  # one window, in executions of K
                 chunks = [
@@ -386,10 +465,89 @@ class Trainer:
                 coordinator.join()
                 for n, remote in remotes:
                     window.add(remote.fetch(), taken=n)
+                self._last = window.executions[-1][1]
                 self._advance(todo)
                 run.close(window)
                 if per_epoch and self._counters["epoch_step"] >= per_epoch:
-                    run.end_epoch(self._counters["epoch"], {})
+                    logs = self._epoch_logs()
+                    run.end_epoch(self._counters["epoch"], logs)
+                    callbacks.on_epoch_end(self._counters["epoch"], logs)
+                    self._last = None
                     self._counters["epoch"] += 1
                     self._counters["epoch_step"] = 0
+        callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
+
+
+def _dataset_type() -> type:
+    import tensorflow as tf
+
+    return tf.data.Dataset
+
+
+def _describe(source: Any) -> str:
+    if inputs.is_arrays(source):
+        return f"arrays of {inputs.array_rows(source)} rows"
+    return getattr(source, "__qualname__", None) or type(source).__name__
+
+
+def _check_length(*, epochs: int | None, steps: int | None, initial_epoch: int) -> None:
+    if (epochs is None) == (steps is None):
+        raise ConfigError(
+            "Pass exactly one of epochs or steps",
+            value={"epochs": epochs, "steps": steps},
+            fix="e.g. fit(epochs=3)",
+        )
+    for name, value in (("epochs", epochs), ("steps", steps)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ConfigError(
+                f"{name} must be a whole number of at least 1", value=value, fix=f"pass {name}=1 or more"
+            )
+    if (
+        not isinstance(initial_epoch, int)
+        or initial_epoch < 0
+        or (epochs is not None and initial_epoch >= epochs)
+    ):
+        raise ConfigError(
+            "initial_epoch must be a whole number from 0 up to (not including) epochs",
+            value=initial_epoch,
+            fix="pass initial_epoch=0, or more epochs",
+        )
+
+
+def _should_validate(epoch: int, freq: Any) -> bool:
+    """Keras's ``validation_freq``: every N epochs, or the epochs (1-based) a list names."""
+    if isinstance(freq, int):
+        return (epoch + 1) % freq == 0
+    return epoch + 1 in freq
+
+
+def _split(task: Task) -> tuple[Any, Any]:
+    """(train, eval) data: the last ``validation_split`` of arrays held out, as Keras's fit does."""
+    if not task.validation_split:
+        return task.train_data, task.eval_data
+    if not inputs.is_arrays(task.train_data):
+        raise ConfigError(
+            "validation_split needs arrays in memory; the training data is a " + _describe(task.train_data),
+            value=task.validation_split,
+            fix="pass validation_data (a dataset, arrays or a directory) instead of validation_split",
+        )
+    if task.eval_data is not None:
+        raise ConfigError(
+            "validation_split and eval_data (validation_data) are both set: one would be ignored",
+            value=task.validation_split,
+            fix="pass one of them",
+        )
+    import tensorflow as tf
+
+    rows = inputs.array_rows(task.train_data)
+    cut = int(rows * (1.0 - task.validation_split))
+    if cut < 1 or cut == rows:
+        raise ConfigError(
+            f"validation_split {task.validation_split} of {rows} rows leaves no training or no validation rows",
+            value=task.validation_split,
+            fix="pass a fraction that leaves rows on both sides, e.g. 0.2",
+        )
+    head = tuple(tf.nest.map_structure(lambda a: a[:cut], part) for part in task.train_data)
+    tail = tuple(tf.nest.map_structure(lambda a: a[cut:], part) for part in task.train_data)
+    return head, tail

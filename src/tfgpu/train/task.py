@@ -1,4 +1,9 @@
-"""Task: what to train. Builders are called inside the strategy scope, data functions per worker."""
+"""Task: what to train. Builders are called inside the strategy scope, data functions per worker.
+
+Loss, metrics and optimizer are Keras's own: a Task compiles the model it builds with whatever
+``Model.compile`` takes, or takes a model its builder already compiled. tfgpu has no loss or
+metric of its own (``tfgpu.train.model``).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,10 @@ from tfgpu.errors import ConfigError
 
 # fn(input_context, per_replica_batch) -> tf.data.Dataset of (x, y) or (x, y, sample_weight),
 # batched by the per-replica batch (built once, iterated each epoch; add an ``epoch`` keyword to be
-# called each epoch); a tfgpu dataset directory (its manifest has the label); or arrays in memory,
-# (x, y) or (x, y, sample_weight), x an array or a dict of arrays (see tfgpu.train.inputs).
-DataSource = Callable[..., Any] | str | os.PathLike | tuple
+# called each epoch); a tfgpu dataset directory (its manifest has the label); arrays in memory,
+# (x, y) or (x, y, sample_weight), x an array or a dict of arrays; or a ``GlobalBatches`` (a
+# tf.data.Dataset of global batches, as Keras's ``fit`` takes it; see tfgpu.train.inputs).
+DataSource = Callable[..., Any] | str | os.PathLike | tuple | Any
 
 
 @dataclass
@@ -21,36 +27,49 @@ class Task:
     """What to train.
 
     Args:
-        model: builds the Keras model (called inside the strategy scope).
-        loss: "sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy",
-            "mse", "mae", or fn(y_true, y_pred) -> per-example losses.
+        model: builds the Keras model (called inside the strategy scope). It may return a model it
+            compiled itself; then leave ``loss``, ``metrics`` and ``optimizer`` unset.
+        loss: anything ``Model.compile`` takes: a Keras name ("binary_crossentropy", "huber"), a
+            loss object, fn(y_true, y_pred), or a dict / list with one per output.
         train_data / eval_data: a DataSource (see above).
-        optimizer: "adam", "sgd", "adamw", "rmsprop" (with ``learning_rate``) or a builder.
-        metrics: "accuracy", "mse", "mae", or fn(y_true, y_pred) -> per-example values; evaluated
-            exactly (sums over every example, whatever the replicas and workers).
+        optimizer: a Keras optimizer name ("adam", "sgd", "adamw", "rmsprop", ...; with
+            ``learning_rate``) or a function that builds one (called in the strategy scope).
+        metrics: anything ``Model.compile`` takes ("accuracy", ``keras.metrics.AUC()``, dicts per
+            output). Stateful metrics are exact across replicas and workers.
+        loss_weights: per-output weights, as ``Model.compile`` takes them.
+        from_logits: with a crossentropy loss given by name, the model outputs logits.
         batch_size: per replica; the global batch is this times the replicas.
-        steps_per_epoch: needed only when the data size cannot be known (ParameterServerStrategy).
+        steps_per_epoch: training steps per epoch; needed only when the data size cannot be known
+            under ParameterServerStrategy, or to cut epochs from an endless dataset.
         pipeline: options for tfgpu.data.pipeline when the data is a dataset directory;
             ``{"shuffle": False}`` keeps the order of arrays given in memory.
+        callbacks: Keras callbacks, called as ``Model.fit`` calls them (batch hooks once per
+            compiled execution); file-writing callbacks run on the chief only.
+        class_weight: {class: weight}, as ``Model.fit`` takes it (one output only).
+        validation_split: the last fraction of arrays given in memory becomes ``eval_data``.
     """
 
     model: Callable[[], Any]
-    loss: str | Callable[[Any, Any], Any]
-    train_data: DataSource
+    loss: Any = None
+    train_data: DataSource | None = None
     eval_data: DataSource | None = None
     optimizer: str | Callable[[], Any] = "adam"
     learning_rate: float = 1e-3
-    metrics: Sequence[str | Callable[[Any, Any], Any]] = ()
+    metrics: Any = ()
+    loss_weights: Any = None
     batch_size: int = 32
     from_logits: bool = False
     steps_per_epoch: int | None = None
     seed: int = 0
     pipeline: dict[str, Any] = field(default_factory=dict)
+    callbacks: Sequence[Any] = ()
+    class_weight: dict[Any, float] | None = None
+    validation_split: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(
-                "Task.batch_size (per replica) must be at least 1",
+                "Task.batch_size (per replica) must be a whole number of at least 1",
                 value=self.batch_size,
                 fix="pass batch_size=32",
             )
@@ -60,104 +79,75 @@ class Task:
                 value=self.model,
                 fix="pass model=lambda: keras.Sequential([...]) so it is built inside the strategy scope",
             )
-        if isinstance(self.loss, str) and self.loss not in LOSSES:
+        if self.train_data is None:
             raise ConfigError(
-                "Unknown loss", value=self.loss, fix=f"use one of {', '.join(LOSSES)} or a function"
+                "Task.train_data is missing",
+                fix="pass train_data=(x, y), a dataset directory or fn(input_context, per_replica_batch)",
             )
-        for metric in self.metrics:
-            if isinstance(metric, str) and metric not in METRICS:
-                raise ConfigError(
-                    "Unknown metric", value=metric, fix=f"use one of {', '.join(METRICS)} or a function"
-                )
-
-
-LOSSES = ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy", "mse", "mae")
-METRICS = ("accuracy", "mse", "mae")
-OPTIMIZERS = {"adam": "Adam", "sgd": "SGD", "adamw": "AdamW", "rmsprop": "RMSprop"}
-
-
-def per_example_loss(task: Task) -> Callable[[Any, Any], Any]:
-    """fn(y_true, y_pred) -> one float32 loss per example."""
-    import keras
-    import tensorflow as tf
-
-    def reduce(values: Any) -> Any:
-        values = tf.cast(values, tf.float32)
-        if values.shape.rank == 1:  # one value per example already (most losses): no ops to add
-            return values
-        return tf.reduce_mean(tf.reshape(values, [tf.shape(values)[0], -1]), axis=-1)
-
-    name = task.loss
-    if callable(name):
-        return lambda y, p: reduce(name(y, p))
-    if name == "sparse_categorical_crossentropy":
-        return lambda y, p: reduce(
-            keras.losses.sparse_categorical_crossentropy(
-                y, tf.cast(p, tf.float32), from_logits=task.from_logits
+        if self.steps_per_epoch is not None and (
+            not isinstance(self.steps_per_epoch, int) or self.steps_per_epoch < 1
+        ):
+            raise ConfigError(
+                "Task.steps_per_epoch must be a whole number of at least 1",
+                value=self.steps_per_epoch,
+                fix="pass steps_per_epoch=100, or leave it unset to run each epoch to the data's end",
             )
-        )
-    if name == "categorical_crossentropy":
-        return lambda y, p: reduce(
-            keras.losses.categorical_crossentropy(y, tf.cast(p, tf.float32), from_logits=task.from_logits)
-        )
-    if name == "binary_crossentropy":
-        return lambda y, p: reduce(
-            keras.losses.binary_crossentropy(
-                tf.cast(y, tf.float32), tf.cast(p, tf.float32), from_logits=task.from_logits
+        if not isinstance(self.validation_split, int | float) or not 0.0 <= self.validation_split < 1.0:
+            raise ConfigError(
+                "validation_split must be a fraction from 0 up to (not including) 1",
+                value=self.validation_split,
+                fix="pass validation_split=0.2",
             )
-        )
-    if name == "mse":
-        return lambda y, p: reduce(
-            tf.square(tf.cast(p, tf.float32) - tf.cast(tf.reshape(y, tf.shape(p)), tf.float32))
-        )
-    return lambda y, p: reduce(
-        tf.abs(tf.cast(p, tf.float32) - tf.cast(tf.reshape(y, tf.shape(p)), tf.float32))
-    )
+        if self.loss is not None:
+            resolve_loss(self.loss, from_logits=self.from_logits)
 
 
-def metric_functions(task: Task) -> dict[str, Callable[[Any, Any], Any]]:
-    """name -> fn(y_true, y_pred) giving one value per example (summed, then divided by the count)."""
-    import tensorflow as tf
+def resolve_loss(loss: Any, *, from_logits: bool = False) -> Any:
+    """``loss`` as ``Model.compile`` takes it, each Keras name checked now (compile checks later).
 
-    def accuracy(y: Any, p: Any) -> Any:
-        if p.shape[-1] == 1:  # binary: threshold at 0.5 (or 0 for logits)
-            cut = 0.0 if task.from_logits else 0.5
-            return tf.cast(
-                tf.equal(
-                    tf.cast(tf.reshape(p, [-1]) > cut, tf.int64), tf.cast(tf.reshape(y, [-1]), tf.int64)
-                ),
-                tf.float32,
-            )
-        return tf.cast(tf.equal(tf.argmax(p, axis=-1), tf.cast(tf.reshape(y, [-1]), tf.int64)), tf.float32)
-
-    def mse(y: Any, p: Any) -> Any:
-        diff = tf.cast(p, tf.float32) - tf.cast(tf.reshape(y, tf.shape(p)), tf.float32)
-        return tf.reduce_mean(tf.reshape(tf.square(diff), [tf.shape(diff)[0], -1]), axis=-1)
-
-    def mae(y: Any, p: Any) -> Any:
-        diff = tf.cast(p, tf.float32) - tf.cast(tf.reshape(y, tf.shape(p)), tf.float32)
-        return tf.reduce_mean(tf.reshape(tf.abs(diff), [tf.shape(diff)[0], -1]), axis=-1)
-
-    known = {"accuracy": accuracy, "mse": mse, "mae": mae}
-    out = {}
-    for metric in task.metrics:
-        if isinstance(metric, str):
-            out[metric] = known[metric]
-        else:
-            out[getattr(metric, "__name__", "metric")] = metric
-    return out
-
-
-def make_optimizer(task: Task) -> Any:
+    ``from_logits`` turns a crossentropy given by name into its loss object with logits on.
+    """
     import keras
 
-    if callable(task.optimizer):
-        return task.optimizer()
-    name = OPTIMIZERS.get(str(task.optimizer).lower())
-    if name is None:
+    if isinstance(loss, dict):
+        return {k: resolve_loss(v, from_logits=from_logits) for k, v in loss.items()}
+    if isinstance(loss, list | tuple):
+        return [resolve_loss(v, from_logits=from_logits) for v in loss]
+    if not isinstance(loss, str):
+        return loss
+    try:
+        keras.losses.get(loss)
+    except ValueError:
         raise ConfigError(
-            "Unknown optimizer",
-            value=task.optimizer,
-            fix=f"use one of {', '.join(OPTIMIZERS)} or a builder function",
+            "Keras does not know this loss",
+            value=loss,
+            fix="use a name from keras.losses (e.g. 'binary_crossentropy', 'huber', 'mse'), a loss object or fn(y_true, y_pred)",
+        ) from None
+    if not from_logits:
+        return loss
+    name = "".join(part.capitalize() for part in loss.split("_"))
+    if "crossentropy" not in loss.lower():
+        raise ConfigError(
+            "from_logits applies to crossentropy losses only",
+            value=loss,
+            fix="leave from_logits unset, or pass a loss object",
         )
-    return getattr(keras.optimizers, name)(learning_rate=task.learning_rate)
+    return keras.losses.get({"class_name": name, "config": {"from_logits": True}})
+
+
+def make_optimizer(spec: Any, *, learning_rate: float) -> Any:
+    """A Keras optimizer from a name (with ``learning_rate``), a builder, or an optimizer object."""
+    import keras
+
+    if isinstance(spec, keras.optimizers.Optimizer):
+        return spec
+    if callable(spec):
+        return spec()
+    try:
+        return keras.optimizers.get({"class_name": str(spec), "config": {"learning_rate": learning_rate}})
+    except ValueError:
+        raise ConfigError(
+            "Keras does not know this optimizer",
+            value=spec,
+            fix="use a name from keras.optimizers ('adam', 'sgd', 'adamw', 'rmsprop', ...) or a builder function",
+        ) from None

@@ -58,44 +58,75 @@ class Window:
 
 @dataclass(frozen=True)
 class WindowFigures:
-    loss_sum: float
+    logs: dict[str, Any]  # the model's metric results at the window's end (running over the epoch)
     steps: int
+    examples: float  # rows trained on in the window, all workers
     wall: float  # seconds of the window, less the start-up costs (see Window.add)
     wait: float  # seconds waiting for input, less the same
     timed_steps: int  # the steps those seconds cover
+    timed_examples: float
     raw_wall: float
     raw_wait: float
 
     @property
     def loss(self) -> float:
-        return self.loss_sum / self.steps if self.steps else float("nan")
+        return float(self.logs.get("loss", float("nan")))
 
 
-def read(window: Window) -> WindowFigures:
-    """Read the window's accumulators (this syncs with the device); raise on a non-finite loss."""
-    loss_sum, wait = 0.0, 0.0
+def pythonify(logs: Any) -> dict[str, Any]:
+    """Metric results as Python numbers (lists for non-scalar results), as Keras's logs hold them."""
+    out = {}
+    for name, value in (logs or {}).items():
+        array = value.numpy() if hasattr(value, "numpy") else value
+        size = getattr(array, "size", 1)
+        out[name] = float(array) if size == 1 else array.tolist()
+    return out
+
+
+def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> WindowFigures:
+    """Read the window's accumulators (this syncs with the device); raise on a non-finite loss
+    unless ``nan_raises`` is off (a TerminateOnNaN callback stops the run instead, as in Keras).
+
+    ``workers``: the input pipelines training side by side (each execution counts its own rows).
+    """
+    wait, examples = 0.0, 0.0
     for first, stats in window.executions:
-        loss = float(stats["loss"])
         bad = int(float(stats["first_bad"]))
-        if bad >= 0 or not math.isfinite(loss):
-            step = first + max(bad, 0) + 1
-            raise TfgpuError(
-                f"The loss became non-finite ({loss}) at step {step} "
-                f"(found when reading steps {window.first_step + 1}-{window.last_step})",
-                value=loss,
-                fix="lower the learning rate, check the data for NaN/inf, or use precision='fp32'",
-            )
-        loss_sum += loss
+        if bad >= 0 and nan_raises:
+            _non_finite(window, at=first + bad + 1, logs=pythonify(stats["logs"]))
         wait += float(stats["wait"])
+        examples += float(stats["examples"]) * workers
+    logs = pythonify(window.executions[-1][1]["logs"])
+    if nan_raises and not all(math.isfinite(v) for v in logs.values() if isinstance(v, float)):
+        _non_finite(window, at=None, logs=logs)
     # side-by-side executions wait in parallel: the share is of all workers' time
     wait /= window.workers
     raw_wall = time.perf_counter() - window.started
-    wall, timed, left_out = raw_wall, window.steps, window.startup_wait
+    wall, timed, timed_examples, left_out = raw_wall, window.steps, examples, window.startup_wait
     if window.warm_up is not None:
         seconds, taken, stats = window.warm_up
         wall, timed, left_out = wall - seconds, timed - taken, float(stats["wait"])
+        timed_examples -= float(stats["examples"]) * workers
     return WindowFigures(
-        loss_sum, window.steps, max(0.0, wall - left_out), max(0.0, wait - left_out), timed, raw_wall, wait
+        logs,
+        window.steps,
+        examples,
+        max(0.0, wall - left_out),
+        max(0.0, wait - left_out),
+        timed,
+        timed_examples,
+        raw_wall,
+        wait,
+    )
+
+
+def _non_finite(window: Window, *, at: int | None, logs: dict[str, Any]) -> None:
+    where = f"at step {at} " if at is not None else ""
+    bad = {k: v for k, v in logs.items() if isinstance(v, float) and not math.isfinite(v)}
+    raise TfgpuError(
+        f"The loss became non-finite {where}(found when reading steps {window.first_step + 1}-{window.last_step})",
+        value=bad or logs,
+        fix="lower the learning rate, check the data for NaN/inf, or use precision='fp32'",
     )
 
 
@@ -115,16 +146,19 @@ class RunLog:
         total_steps: int | None,
         on_progress: Callable[[Progress], None] | None,
         save: Callable[[int], Any],
+        workers: int = 1,
     ) -> None:
         self.options, self.global_batch, self.is_chief = options, global_batch, is_chief
+        self.workers = workers
+        self.nan_raises = True
         self.total_steps, self.on_progress, self._save = total_steps, on_progress, save
         self.history: list[dict[str, Any]] = []
         self.timeline: list[dict[str, float]] = []
         self.examples = 0
         self.wait = self.wall = 0.0  # steady state: start-up costs left out
         self.raw_wait = self.raw_wall = 0.0
-        self.epoch_loss = 0.0
         self.epoch_steps = 0
+        self.logs: dict[str, Any] = {}  # the last window's
         self.started = time.perf_counter()
         self.writer = _summary_writer(options.log_dir) if is_chief else None
         self.monitor = Monitor() if options.monitor_gpus else None
@@ -144,20 +178,20 @@ class RunLog:
         """The end of a window: read it, then the hooks (timeline, TensorBoard, progress, checkpoint)."""
         if not window.steps:
             return
-        figures = read(window)
-        self.examples += figures.steps * self.global_batch
+        figures = read(window, workers=self.workers, nan_raises=self.nan_raises)
+        self.examples += figures.examples
         self.raw_wait += figures.raw_wait
         self.raw_wall += figures.raw_wall
         if figures.timed_steps:
             self.wait += figures.wait
             self.wall += figures.wall
-            steps, wall, wait = figures.timed_steps, figures.wall, figures.wait
+            examples, wall, wait = figures.timed_examples, figures.wall, figures.wait
         else:  # a window that was all start-up: its point shows it as it was
-            steps, wall, wait = figures.steps, figures.raw_wall, figures.raw_wait
-        self.epoch_loss += figures.loss_sum
+            examples, wall, wait = figures.examples, figures.raw_wall, figures.raw_wait
         self.epoch_steps += figures.steps
+        self.logs = figures.logs
         step = window.last_step
-        rate = steps * self.global_batch / max(wall, 1e-9)
+        rate = examples / max(wall, 1e-9)
         point = {
             "t": round(time.perf_counter() - self.started, 4),
             "step": step,
@@ -170,7 +204,9 @@ class RunLog:
             import tensorflow as tf
 
             with self.writer.as_default(step=step):
-                tf.summary.scalar("loss", figures.loss)
+                for name, value in figures.logs.items():
+                    if isinstance(value, float):
+                        tf.summary.scalar(name, value)
                 tf.summary.scalar("examples_per_s", rate)
                 tf.summary.scalar("input_wait_fraction", point["input_wait"])
         if self.on_progress and self.is_chief:
@@ -181,10 +217,10 @@ class RunLog:
         if every and step // every > window.first_step // every:
             self._save(step)
 
-    def end_epoch(self, epoch: int, extra: dict[str, Any]) -> None:
-        loss = self.epoch_loss / self.epoch_steps if self.epoch_steps else float("nan")
-        self.history.append({"epoch": epoch + 1, "loss": loss, "steps": self.epoch_steps, **extra})
-        self.epoch_loss, self.epoch_steps = 0.0, 0
+    def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
+        """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
+        self.history.append({"epoch": epoch + 1, "steps": self.epoch_steps, **logs})
+        self.epoch_steps = 0
 
     @property
     def wait_fraction(self) -> float:

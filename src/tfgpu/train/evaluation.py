@@ -1,0 +1,54 @@
+"""Evaluation with the model's own ``test_step``, exact for any dataset size, in one compiled call.
+
+Shared by ``Trainer.evaluate`` (validation each epoch) and ``tfgpu.evaluate``. The metrics are the
+model's compiled ones (Keras's ON_READ / SUM variables: read outside the replicas they are the sum
+over every replica and worker), the example count is a variable of the same kind, and a replica
+left without rows by the last batch skips its step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfgpu.train import callbacks as callback_setup
+from tfgpu.train import execution
+from tfgpu.train import model as model_setup
+from tfgpu.train.windows import pythonify
+
+ALL = 2**31 - 1
+
+
+class Evaluator:
+    """Evaluates ``model`` under ``strategy``; its compiled function is built once."""
+
+    def __init__(self, strategy: Any, model: Any) -> None:
+        import tensorflow as tf
+
+        self.strategy, self.model = strategy, model
+        self._rows = execution.example_counter(strategy)
+        self._run = execution.eval_execution(strategy, model, self._rows)
+        self._limits: dict[int, Any] = {}
+        self._tf = tf
+
+    def __call__(self, source: Any, *, limit: int | None = None, callbacks: Any = None) -> dict[str, Any]:
+        """{"examples": n, **the model's logs} over up to ``limit`` batches of ``source`` (an Input)."""
+        model_setup.build(self.model, self.strategy, source.spec())
+        if callbacks is not None:
+            callbacks.on_test_begin()
+        self.model.reset_metrics()
+        self._rows.assign(0.0)
+        iterator, _ = source.iterator(0)
+        out = self._run(iterator, self._constant(limit or ALL))
+        logs = pythonify(out["logs"])
+        if callbacks is not None:
+            steps = int(out["steps"])
+            if steps and callback_setup.has_batch_hooks(callbacks, kind="test"):
+                callbacks.on_test_batch_begin(0)
+                callbacks.on_test_batch_end(steps - 1, logs)
+            callbacks.on_test_end(logs)
+        return {"examples": float(out["examples"]), **logs}
+
+    def _constant(self, value: int) -> Any:
+        if value not in self._limits:  # a Python int argument would retrace per value
+            self._limits[value] = self._tf.constant(value, self._tf.int32)
+        return self._limits[value]

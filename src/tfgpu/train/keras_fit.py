@@ -1,0 +1,319 @@
+"""``tfgpu.fit`` and ``tfgpu.evaluate``: Keras's ``Model.fit`` / ``Model.evaluate`` contract on tfgpu's loop.
+
+A user's compiled Keras model goes in as it is: its loss, metrics, optimizer and callbacks are
+Keras's, and the result is Keras's ``History`` (``history.history["val_loss"]``). What changes is
+the loop under it (``tfgpu.Trainer``): it works under MultiWorkerMirroredStrategy and
+ParameterServerStrategy, where Keras 3's ``fit`` fails; it runs K steps per compiled call with the
+input fetched to the device; it measures input wait as it runs; ``checkpoint_dir`` resumes a killed
+run to the weights of an uninterrupted one. This module only turns Keras's arguments into a
+``Task`` and ``TrainOptions``; the Trainer does the work.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from tfgpu.errors import ConfigError
+from tfgpu.train import inputs
+from tfgpu.train import model as model_setup
+from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
+from tfgpu.train.task import Task
+
+log = logging.getLogger(__name__)
+
+DEFAULT_BATCH = 32  # Keras's
+
+
+def fit(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    *,
+    batch_size: int | None = None,
+    epochs: int = 1,
+    verbose: Any = "auto",
+    callbacks: Sequence[Any] | None = None,
+    validation_split: float = 0.0,
+    validation_data: Any = None,
+    shuffle: bool = True,
+    class_weight: dict[Any, float] | None = None,
+    sample_weight: Any = None,
+    initial_epoch: int = 0,
+    steps_per_epoch: int | None = None,
+    validation_steps: int | None = None,
+    validation_freq: int | Sequence[int] = 1,
+    strategy: Any = None,
+    steps_per_execution: int | None = None,
+    log_every: int = DEFAULT_LOG_EVERY,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
+    log_dir: str | os.PathLike | None = None,
+    jit_compile: bool = False,
+    seed: int = 0,
+) -> Any:
+    """Train a compiled Keras model as ``model.fit`` would, on tfgpu's loop; returns Keras's History.
+
+    The arguments up to ``validation_freq`` are ``Model.fit``'s. ``x`` is what ``fit`` takes
+    (arrays or dicts of arrays with ``y``, or a ``tf.data.Dataset`` of global batches), or a tfgpu
+    dataset directory, or fn(input_context, per_replica_batch) -> dataset. tfgpu's additions:
+
+    - ``strategy``: default the strategy the model was created under, else ``tfgpu.strategy()``
+      (a model created outside a multi-replica strategy's scope is re-created in it and its
+      trained weights copied back);
+    - ``steps_per_execution``: steps per compiled call (default: the model's own when it was
+      compiled with more than 1, else one call per ``log_every`` steps); batch callbacks are
+      called once per call, as Keras's ``fit`` calls them;
+    - ``checkpoint_dir`` / ``checkpoint_every``: save every N steps and at the end; a killed run
+      started again resumes there, mid-epoch included, to the same weights;
+    - ``log_dir``: TensorBoard scalars (the logs, examples/s, input wait), chief only;
+    - ``jit_compile``: XLA for the training step; ``seed``: the shuffle order of arrays.
+
+    The returned History carries tfgpu's measurements as ``history.train_result``
+    (examples/s, input wait, verdict, timeline).
+    """
+    from tfgpu.train.loop import Trainer
+
+    model_setup.check_compiled(model, call="tfgpu.fit")
+    strategy, trained = _placement(model, strategy)
+    replicas = int(strategy.num_replicas_in_sync)
+    train = _data(x, y, sample_weight, role="x")
+    per_replica = _per_replica(batch_size, replicas, train)
+    task = Task(
+        model=lambda: trained,
+        train_data=train,
+        eval_data=None if validation_data is None else _validation(validation_data),
+        batch_size=per_replica,
+        steps_per_epoch=steps_per_epoch,
+        seed=seed,
+        pipeline={"shuffle": bool(shuffle)},
+        callbacks=tuple(callbacks or ()),
+        class_weight=class_weight,
+        validation_split=validation_split,
+    )
+    _check_class_weight(trained, class_weight)
+    _check_validation_freq(validation_freq)
+    options = TrainOptions(
+        steps_per_execution=steps_per_execution or _compiled_steps(trained),
+        log_every=log_every,
+        jit_compile=jit_compile,
+        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
+        checkpoint_every=checkpoint_every,
+        log_dir=None if log_dir is None else str(log_dir),
+    )
+    trainer = Trainer(task, strategy=strategy, options=options)
+    result = trainer.fit(
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        verbose=verbose if trainer.is_chief else 0,
+        validation_freq=validation_freq,
+        validation_steps=validation_steps,
+    )
+    history = trained.history
+    history.train_result = result
+    if trained is not model:  # re-created in the strategy's scope: the user's model gets the weights
+        model.set_weights(trained.get_weights())
+        model.history = history
+    return history
+
+
+def evaluate(
+    model: Any,
+    x: Any = None,
+    y: Any = None,
+    *,
+    batch_size: int | None = None,
+    sample_weight: Any = None,
+    steps: int | None = None,
+    callbacks: Sequence[Any] | None = None,
+    return_dict: bool = True,
+    strategy: Any = None,
+) -> dict[str, float] | list[float]:
+    """The compiled loss and metrics over every example of ``x``, as ``Model.evaluate`` returns
+    them (a dict; a list in the model's metric order with ``return_dict=False``), exact for any
+    dataset size on every replica and worker. ``x`` takes what ``tfgpu.fit`` takes."""
+    from tfgpu import cluster, distribute
+    from tfgpu.train import callbacks as callback_setup
+
+    model_setup.check_compiled(model, call="tfgpu.evaluate")
+    strategy, placed = _placement(model, strategy)
+    data = _data(x, y, sample_weight, role="x")
+    per_replica = _per_replica(batch_size, int(strategy.num_replicas_in_sync), data)
+    task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
+    spec = cluster.from_environ()
+    feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
+    source = inputs.Input(
+        data,
+        task=task,
+        training=False,
+        global_batch=per_replica * int(strategy.num_replicas_in_sync),
+        strategy=feed or strategy,
+        direct=feed is None,
+    )
+    listed = None
+    if callbacks:
+        listed = callback_setup.callback_list(
+            callbacks, model=placed, is_chief=spec is None or spec.is_chief, verbose=0, epochs=1, steps=steps
+        )
+    logs = _evaluator(strategy, placed)(source, limit=steps, callbacks=listed)
+    logs.pop("examples")
+    return logs if return_dict else list(logs.values())
+
+
+_EVALUATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _evaluator(strategy: Any, model: Any) -> Any:
+    """One Evaluator per model and strategy: a new compiled function would trace again."""
+    from tfgpu.train.evaluation import Evaluator
+
+    kept = _EVALUATORS.get(model)
+    if kept is None or kept.strategy is not strategy:
+        kept = _EVALUATORS[model] = Evaluator(strategy, model)
+    return kept
+
+
+# -- arguments -------------------------------------------------------------------------------------
+def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
+    """(strategy, model to run): the model's own strategy, the one given, or tfgpu's choice.
+
+    A model created outside any strategy's scope runs as it is under TensorFlow's default strategy
+    when one replica is all there is; for several replicas it is re-created in the scope.
+    """
+    import tensorflow as tf
+
+    import tfgpu
+
+    owner = model_setup.owner(model)
+    if strategy is None:
+        if owner is not None:
+            return owner, model
+        chosen = tfgpu.strategy()
+        if int(chosen.num_replicas_in_sync) == 1 and not _is_cluster(chosen):
+            return tf.distribute.get_strategy(), model
+        strategy = chosen
+    if model_setup.fits_strategy(model, strategy):
+        return strategy, model
+    if owner is not None:
+        raise ConfigError(
+            f"The model was created in the scope of a {type(owner).__name__}, not of the "
+            f"{type(strategy).__name__} passed",
+            value=type(strategy).__name__,
+            fix="pass the strategy the model was created under, or leave strategy unset",
+        )
+    return strategy, model_setup.recreate(model, strategy)
+
+
+def _is_cluster(strategy: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(
+        strategy, tf.distribute.MultiWorkerMirroredStrategy | tf.distribute.ParameterServerStrategy
+    )
+
+
+def _data(x: Any, y: Any, sample_weight: Any, *, role: str) -> Any:
+    """Keras's (x, y, sample_weight) as a tfgpu data source."""
+    import tensorflow as tf
+
+    if x is None:
+        raise ConfigError(f"{role} is missing", fix=f"pass {role}= arrays, a tf.data.Dataset or a directory")
+    if isinstance(x, tf.data.Dataset | str | os.PathLike) or _is_function(x):
+        if y is not None or sample_weight is not None:
+            raise ConfigError(
+                f"y and sample_weight go inside {role} when it is a {_kind(x)}",
+                value=_kind(x),
+                fix="make the dataset yield (x, y) or (x, y, sample_weight), and pass y=None",
+            )
+        return x
+    if y is None:
+        raise ConfigError(
+            f"{role} is given as arrays without y",
+            value=type(x).__name__,
+            fix="pass y= (the labels), or a tf.data.Dataset of (x, y) batches",
+        )
+    y = tuple(y) if isinstance(y, list) else y
+    parts = (x, y) if sample_weight is None else (x, y, sample_weight)
+    if not inputs.is_arrays(parts):
+        raise ConfigError(
+            f"{role}, y and sample_weight must be arrays (or dicts of arrays) with one row per example",
+            value=tuple(type(p).__name__ for p in parts),
+            fix="pass NumPy arrays, or a tf.data.Dataset (Python generators and keras.utils.PyDataset: "
+            "wrap them in tf.data.Dataset.from_generator)",
+        )
+    inputs.array_rows(parts)
+    return parts
+
+
+def _is_function(x: Any) -> bool:
+    return callable(x) and not hasattr(x, "shape")
+
+
+def _kind(x: Any) -> str:
+    if isinstance(x, str | os.PathLike):
+        return "dataset directory"
+    return "data function" if _is_function(x) else "tf.data.Dataset"
+
+
+def _validation(data: Any) -> Any:
+    """Keras's validation_data: (x, y), (x, y, sample_weight), or a dataset/directory/function."""
+    if isinstance(data, tuple | list):
+        if len(data) not in (2, 3):
+            raise ConfigError(
+                "validation_data must be (x, y) or (x, y, sample_weight)",
+                value=f"{type(data).__name__} of {len(data)}",
+                fix="pass validation_data=(x_val, y_val)",
+            )
+        return _data(data[0], data[1], data[2] if len(data) == 3 else None, role="validation_data")
+    return _data(data, None, None, role="validation_data")
+
+
+def _per_replica(batch_size: int | None, replicas: int, data: Any) -> int:
+    """Keras's batch_size is the global batch: split evenly over the replicas."""
+    import tensorflow as tf
+
+    if isinstance(data, tf.data.Dataset):
+        if batch_size is not None:
+            raise ConfigError(
+                "batch_size is set, but a tf.data.Dataset is batched already",
+                value=batch_size,
+                fix="leave batch_size unset and batch the dataset by the global batch",
+            )
+        return 1
+    batch = DEFAULT_BATCH if batch_size is None else batch_size
+    if not isinstance(batch, int) or batch < 1 or batch % replicas:
+        raise ConfigError(
+            f"batch_size is the global batch and must split evenly over the {replicas} replicas",
+            value=batch_size,
+            fix=f"pass a multiple of {replicas}, e.g. batch_size={max(1, batch // replicas + 1) * replicas}",
+        )
+    return batch // replicas
+
+
+def _compiled_steps(model: Any) -> int | None:
+    steps = int(getattr(model, "steps_per_execution", 1) or 1)
+    return steps if steps > 1 else None
+
+
+def _check_class_weight(model: Any, class_weight: Any) -> None:
+    if class_weight is not None and len(getattr(model, "outputs", None) or [None]) > 1:
+        raise ConfigError(
+            f"class_weight needs a model with one output, and this one has {len(model.outputs)}",
+            value=class_weight,
+            fix="pass sample weights per output in the data instead ((x, y, {output: weights}))",
+        )
+
+
+def _check_validation_freq(freq: Any) -> None:
+    ok = (isinstance(freq, int) and freq >= 1) or (
+        isinstance(freq, Sequence) and not isinstance(freq, str) and all(isinstance(e, int) for e in freq)
+    )
+    if not ok:
+        raise ConfigError(
+            "validation_freq must be a whole number of at least 1, or a list of epochs",
+            value=freq,
+            fix="pass validation_freq=1, or e.g. [1, 5, 10]",
+        )

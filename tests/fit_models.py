@@ -1,0 +1,116 @@
+"""Models and data for the tfgpu.fit tests, compared with Keras's own fit on one device."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+ROWS = 960  # 768 training rows after validation_split=0.2: 16 batches of 48
+
+
+def binary_data(rows: int = ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """The most common classifier's data: labels of shape (N,), a sigmoid output of shape (N, 1)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows, 8)).astype("float32")
+    noise = rng.normal(scale=0.7, size=rows)
+    y = (x[:, :4].sum(1) + noise > 0).astype("float32")
+    return x, y
+
+
+def binary_model(*, lr: float = 0.01, steps_per_execution: int = 1, metrics: Any = None) -> Any:
+    import keras
+
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(
+                16,
+                activation="relu",
+                kernel_initializer=keras.initializers.GlorotUniform(seed=1),
+                kernel_regularizer=keras.regularizers.l2(1e-3),
+            ),
+            keras.layers.Dense(
+                1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=2)
+            ),
+        ]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(lr),
+        loss="binary_crossentropy",
+        metrics=metrics
+        if metrics is not None
+        else ["accuracy", keras.metrics.AUC(name="auc"), keras.metrics.Precision(name="precision")],
+        steps_per_execution=steps_per_execution,
+    )
+    return model
+
+
+def two_output_data(rows: int = ROWS) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(rows, 6)).astype("float32")
+    kind = (x[:, 0] > 0).astype("int64") + (x[:, 1] > 0).astype("int64")
+    size = (x[:, 2] * 0.5 + x[:, 3]).astype("float32")[:, None]
+    return x, {"kind": kind, "size": size}
+
+
+def two_output_model() -> Any:
+    import keras
+
+    inputs = keras.Input((6,))
+    hidden = keras.layers.Dense(
+        16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=3)
+    )(inputs)
+    kind = keras.layers.Dense(
+        3, activation="softmax", name="kind", kernel_initializer=keras.initializers.GlorotUniform(seed=4)
+    )(hidden)
+    size = keras.layers.Dense(1, name="size", kernel_initializer=keras.initializers.GlorotUniform(seed=5))(
+        hidden
+    )
+    model = keras.Model(inputs, {"kind": kind, "size": size})
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        loss={"kind": "sparse_categorical_crossentropy", "size": "huber"},
+        loss_weights={"kind": 1.0, "size": 0.5},
+        metrics={"kind": ["accuracy"], "size": ["mae"]},
+    )
+    return model
+
+
+def custom_step_model() -> Any:
+    """A model whose train_step the user wrote (Keras's "customizing fit" guide, with a twist)."""
+    import keras
+    import tensorflow as tf
+
+    class Custom(keras.Model):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hidden = keras.layers.Dense(
+                16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+            )
+            self.out = keras.layers.Dense(
+                1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=2)
+            )
+
+        def call(self, x: Any) -> Any:
+            return self.out(self.hidden(x))
+
+        def train_step(self, data: Any) -> Any:
+            x, y = data
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                # the twist: the loss counted twice, so a loop that ignored this step would differ
+                loss = 2.0 * self.compute_loss(x=x, y=y, y_pred=y_pred)
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
+            for metric in self.metrics:
+                if metric.name == "loss":
+                    metric.update_state(loss)
+                else:
+                    metric.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
+    model = Custom()
+    model(np.zeros((1, 8), "float32"))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+    return model

@@ -1,0 +1,320 @@
+"""tfgpu.fit / tfgpu.evaluate: the user's compiled Keras model, compared with Keras's fit on one device."""
+
+from __future__ import annotations
+
+import csv
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfgpu
+from conftest import local_strategy
+from fit_models import binary_data, binary_model, custom_step_model, two_output_data, two_output_model
+from tfgpu.errors import ConfigError
+
+FIT = dict(batch_size=48, epochs=2, shuffle=False, validation_split=0.2, verbose=0)
+
+
+def same_weights(a, b, rtol=1e-5, atol=1e-6):
+    for left, right in zip(a, b, strict=True):
+        assert np.all(np.isfinite(left))
+        np.testing.assert_allclose(left, right, rtol=rtol, atol=atol)
+
+
+def same_history(ours, keras_, rel=1e-5):
+    assert set(ours) == set(keras_), (sorted(ours), sorted(keras_))
+    for key, values in keras_.items():
+        assert ours[key] == pytest.approx(values, rel=rel, abs=1e-6), key
+
+
+def in_scope(strategy, build):
+    with strategy.scope():
+        return build()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Keras's own fit on one device: the binary classifier, validation_split, AUC and Precision."""
+    x, y = binary_data()
+    model = binary_model()
+    history = model.fit(x, y, **FIT)
+    return {"x": x, "y": y, "model": model, "history": history.history}
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_binary_classifier_matches_keras(reference, replicas):
+    strategy = local_strategy(replicas)
+    model = in_scope(strategy, binary_model)
+    history = tfgpu.fit(model, reference["x"], reference["y"], **FIT)
+    assert isinstance(history, keras.callbacks.History) and model.history is history
+    assert history.epoch == [0, 1] and history.params["epochs"] == 2
+    same_history(history.history, reference["history"])
+    same_weights(model.get_weights(), reference["model"].get_weights())
+    result = history.train_result
+    assert result.replicas == replicas and result.examples_per_s > 0
+    assert 0.0 <= result.input_wait_fraction <= 1.0
+
+
+def test_stateful_metrics_equal_keras_evaluate(reference):
+    """AUC and Precision are not per-example means: tfgpu reads Keras's own metric state."""
+    x, y = reference["x"], reference["y"]
+    expected = reference["model"].evaluate(x, y, batch_size=50, verbose=0, return_dict=True)
+    assert expected["auc"] > 0.8
+    for replicas in (1, 3):
+        strategy = local_strategy(replicas)
+        model = in_scope(strategy, binary_model)
+        model.set_weights(reference["model"].get_weights())
+        # 960 rows in batches of 51 (17 per replica): the last batch leaves replicas short
+        got = tfgpu.evaluate(model, x, y, batch_size=51)
+        assert got == pytest.approx(expected, rel=1e-5)
+        listed = tfgpu.evaluate(model, x, y, batch_size=51, return_dict=False)
+        assert listed == pytest.approx(list(got.values()))
+
+
+def test_a_model_made_outside_the_scope_is_recreated_in_it(reference, clean_choices):
+    from tfgpu import choices
+
+    model = binary_model()  # no strategy's scope
+    history = tfgpu.fit(model, reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
+    same_history(history.history, reference["history"])
+    same_weights(model.get_weights(), reference["model"].get_weights())  # copied back
+    assert "re-created" in choices.as_dict()["model"]["value"]
+    other = in_scope(local_strategy(2), binary_model)
+    with pytest.raises(ConfigError, match="created in the scope of a MirroredStrategy"):
+        tfgpu.fit(other, reference["x"], reference["y"], strategy=local_strategy(1), **FIT)
+
+
+def test_two_outputs_with_per_output_losses_weights_and_metrics():
+    x, y = two_output_data()
+    expected = two_output_model()
+    keras_history = expected.fit(
+        x,
+        y,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        validation_data=(x[:192], {k: v[:192] for k, v in y.items()}),
+    )
+    model = in_scope(local_strategy(2), two_output_model)
+    history = tfgpu.fit(
+        model,
+        x,
+        y,
+        batch_size=48,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        validation_data=(x[:192], {k: v[:192] for k, v in y.items()}),
+    )
+    assert {"kind_accuracy", "size_mae", "val_kind_loss", "val_size_loss"} <= set(history.history)
+    same_history(history.history, keras_history.history)
+    same_weights(model.get_weights(), expected.get_weights())
+
+
+def test_class_weight_and_sample_weight_match_keras(reference):
+    x, y = reference["x"], reference["y"]
+    weights = {0: 1.0, 1: 3.0}
+    expected = binary_model()
+    keras_history = expected.fit(
+        x, y, batch_size=48, epochs=2, shuffle=False, verbose=0, class_weight=weights
+    )
+    model = in_scope(local_strategy(2), binary_model)
+    history = tfgpu.fit(model, x, y, batch_size=48, epochs=2, shuffle=False, verbose=0, class_weight=weights)
+    same_history(history.history, keras_history.history)
+    same_weights(model.get_weights(), expected.get_weights())
+    rows = np.linspace(0.5, 2.0, len(x)).astype("float32")
+    expected = binary_model()
+    keras_history = expected.fit(x, y, batch_size=48, epochs=1, shuffle=False, verbose=0, sample_weight=rows)
+    model = in_scope(local_strategy(3), binary_model)
+    history = tfgpu.fit(model, x, y, batch_size=48, epochs=1, shuffle=False, verbose=0, sample_weight=rows)
+    same_history(history.history, keras_history.history)
+
+
+def test_a_custom_train_step_is_honoured(reference):
+    x, y = reference["x"][:768], reference["y"][:768]
+    expected = custom_step_model()
+    expected.fit(x, y, batch_size=48, epochs=2, shuffle=False, verbose=0)
+    model = in_scope(local_strategy(2), custom_step_model)
+    history = tfgpu.fit(model, x, y, batch_size=48, epochs=2, shuffle=False, verbose=0)
+    same_weights(model.get_weights(), expected.get_weights())
+    # the step logs compute_loss's value, which Keras scales by 1/replicas under a strategy:
+    # its own fit under the same MirroredStrategy logs the same figures
+    mirrored = in_scope(local_strategy(2), custom_step_model)
+    keras_history = mirrored.fit(x, y, batch_size=48, epochs=2, shuffle=False, verbose=0)
+    same_history(history.history, keras_history.history)
+
+
+def test_a_tf_data_dataset_of_global_batches(reference):
+    x, y = reference["x"][:768], reference["y"][:768]
+    expected = binary_model()
+    keras_history = expected.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(48), epochs=2, verbose=0)
+    for replicas in (1, 2):
+        model = in_scope(local_strategy(replicas), binary_model)
+        history = tfgpu.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(48), epochs=2, verbose=0)
+        same_history(history.history, keras_history.history)
+        same_weights(model.get_weights(), expected.get_weights())
+
+
+def test_batch_callbacks_once_per_execution_as_keras(reference):
+    """At the same steps_per_execution, batch hooks see the same batches as under Keras's fit."""
+    x, y = reference["x"][:768], reference["y"][:768]
+
+    def recorder():
+        seen = []
+        return seen, keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: seen.append((batch, sorted(logs))),
+            on_epoch_end=lambda epoch, logs: seen.append(("epoch", epoch, sorted(logs))),
+        )
+
+    keras_seen, callback = recorder()
+    binary_model(steps_per_execution=4).fit(
+        x, y, batch_size=48, epochs=2, shuffle=False, verbose=0, callbacks=[callback]
+    )
+    seen, callback = recorder()
+    model = in_scope(local_strategy(2), lambda: binary_model(steps_per_execution=4))
+    tfgpu.fit(model, x, y, batch_size=48, epochs=2, shuffle=False, verbose=0, callbacks=[callback])
+    assert seen == keras_seen
+    assert [s[0] for s in seen[:5]] == [3, 7, 11, 15, "epoch"]
+
+
+def test_early_stopping_reduce_lr_checkpoints_and_csv(reference, tmp_path):
+    x, y = reference["x"], reference["y"]
+
+    def callbacks(directory):
+        return [
+            keras.callbacks.EarlyStopping(monitor="loss", min_delta=10.0, patience=2),  # never improves by 10
+            keras.callbacks.ReduceLROnPlateau(monitor="loss", min_delta=10.0, patience=1, factor=0.5),
+            keras.callbacks.ModelCheckpoint(
+                str(directory / "best.keras"), monitor="val_loss", save_best_only=True
+            ),
+            keras.callbacks.ModelCheckpoint(str(directory / "e{epoch}.weights.h5"), save_weights_only=True),
+            keras.callbacks.CSVLogger(str(directory / "log.csv")),
+        ]
+
+    (tmp_path / "k").mkdir()
+    expected = binary_model()
+    keras_history = expected.fit(x, y, **{**FIT, "epochs": 6}, callbacks=callbacks(tmp_path / "k"))
+    (tmp_path / "t").mkdir()
+    model = in_scope(local_strategy(2), binary_model)
+    history = tfgpu.fit(model, x, y, **{**FIT, "epochs": 6}, callbacks=callbacks(tmp_path / "t"))
+    assert history.epoch == keras_history.epoch == [0, 1, 2]  # stopped early, at the same epoch
+    assert history.history["learning_rate"] == pytest.approx(keras_history.history["learning_rate"])
+    assert history.history["learning_rate"][-1] < 0.01  # reduced on the plateau
+    same_weights(model.get_weights(), expected.get_weights())
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == sorted(
+        p.name for p in (tmp_path / "k").iterdir()
+    )
+    with (tmp_path / "t" / "log.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2] and "val_auc" in rows[0]
+    best = keras.models.load_model(tmp_path / "t" / "best.keras")
+    assert best.evaluate(x, y, verbose=0, return_dict=True)["loss"] == pytest.approx(
+        min(history.history["val_loss"]), rel=0.5
+    )
+
+
+def test_terminate_on_nan_stops_as_in_keras(reference):
+    x, y = reference["x"][:768].copy(), reference["y"][:768]
+    x[100] = np.nan
+    model = in_scope(local_strategy(2), binary_model)
+    history = tfgpu.fit(
+        model,
+        x,
+        y,
+        batch_size=48,
+        epochs=3,
+        shuffle=False,
+        verbose=0,
+        callbacks=[keras.callbacks.TerminateOnNaN()],
+    )
+    assert history.epoch == [0]  # stopped within the first epoch
+    with pytest.raises(tfgpu.TfgpuError, match="non-finite at step 3"):
+        tfgpu.fit(
+            in_scope(local_strategy(2), binary_model),
+            x,
+            y,
+            batch_size=48,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            steps_per_execution=2,
+            log_every=4,
+        )
+
+
+def test_mixed_float16_trains_with_loss_scaling(reference, clean_choices):
+    from tfgpu import choices
+
+    keras.mixed_precision.set_dtype_policy("mixed_float16")
+    try:
+        model = in_scope(local_strategy(2), binary_model)
+        assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
+        history = tfgpu.fit(model, reference["x"], reference["y"], **FIT)
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    assert (
+        all(np.isfinite(history.history["loss"])) and history.history["loss"][1] < history.history["loss"][0]
+    )
+    assert choices.as_dict()["loss_scaling"]["value"] == "dynamic"
+
+
+def test_bad_arguments_are_one_message(reference):
+    x, y = reference["x"], reference["y"]
+    model = in_scope(local_strategy(2), binary_model)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(48)
+    cases = [
+        (
+            keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)]),
+            dict(x=x, y=y),
+            "needs a compiled model",
+        ),
+        (model, dict(x=dataset, validation_split=0.2), "validation_split needs arrays in memory"),
+        (model, dict(x=x, y=y, batch_size=47), "split evenly over the 2 replicas"),
+        (model, dict(x=dataset, batch_size=48), "a tf.data.Dataset is batched already"),
+        (model, dict(x=x, y=y[:100]), "different numbers of rows"),
+        (model, dict(x=x, y=y, epochs=-1), "epochs must be a whole number"),
+        (model, dict(x=x, y=y, callbacks=[keras.callbacks.BackupAndRestore("b")]), "checkpoint_dir"),
+        (model, dict(x=x, y=np.zeros((len(x), 3, 2), "float32")), "cannot take the data"),
+    ]
+    for chosen, kwargs, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            tfgpu.fit(chosen, **{"verbose": 0, **kwargs})
+    two = in_scope(local_strategy(2), two_output_model)
+    x2, y2 = two_output_data()
+    with pytest.raises(ConfigError, match="class_weight needs a model with one output"):
+        tfgpu.fit(two, x2, y2, class_weight={0: 1.0, 1: 2.0}, verbose=0)
+
+
+@pytest.mark.slow
+def test_two_workers_match_keras_on_one_device(reference, tmp_path):
+    """MultiWorkerMirroredStrategy, where Keras 3's own fit fails (keras-team/keras#20585)."""
+    from tfgpu.testing import run_cluster
+
+    x, y = reference["x"], reference["y"]
+    expected_eval = reference["model"].evaluate(x, y, batch_size=50, verbose=0, return_dict=True)
+    from_dataset = binary_model()
+    from_dataset.fit(tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48), epochs=2, verbose=0)
+    results = run_cluster("bodies:fit_on_workers", workers=2, args=(str(tmp_path),), timeout=300)
+    for name, result in results.items():
+        same_weights(result["weights"], reference["model"].get_weights())
+        same_history(result["history"], reference["history"])
+        assert result["eval"] == pytest.approx(expected_eval, rel=1e-5)
+        same_weights(result["dataset_weights"], from_dataset.get_weights())
+        # file-writing callbacks: the chief (worker 0) only
+        assert result["files"] == (["log.csv", "m.keras"] if name == "worker:0" else []), name
+
+
+@pytest.mark.slow
+def test_parameter_servers_count_every_step():
+    from tfgpu.testing import run_cluster
+
+    result = run_cluster("bodies:fit_with_parameter_servers", workers=2, chief=True, ps=1, timeout=300)[
+        "chief:0"
+    ]
+    assert result["epochs"] == [0, 1, 2]
+    assert result["iterations"] == 60  # 10 executions of 2 steps side by side on 2 workers, none lost
+    assert result["loss_count"] == 20 * 24  # the last epoch's rows, each counted once
+    assert result["history"]["loss"][-1] < result["history"]["loss"][0]
