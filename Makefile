@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-main test-estimator lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service clean
+.PHONY: demo test test-main test-estimator lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,13 +58,16 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests tests_estimator bench examples
 	$(BIN)/ruff format src tests tests_estimator bench examples
 
-bench: bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
+bench: bench-data bench-train bench-fit bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
 
 bench-data: $(STAMP)
 	cd bench && ../$(BIN)/python data_bench.py
 
 bench-train: $(STAMP)
 	cd bench && ../$(BIN)/python train_bench.py
+
+bench-fit: $(STAMP)
+	cd bench && ../$(BIN)/python fit_bench.py
 
 bench-predict: $(STAMP)
 	cd bench && ../$(BIN)/python predict_bench.py

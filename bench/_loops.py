@@ -4,6 +4,8 @@ Each builder returns ``run() -> examples trained``, for ``_common.interleaved_ra
 
 - ``keras_fit``: ``model.fit(x, y)`` at a given ``steps_per_execution``;
 - ``tfgpu_fit``: ``tfgpu.Trainer`` with ``train_data=(x, y)``;
+- ``dataset_fit``: Keras's ``model.fit(dataset)`` or ``tfgpu.fit(model, dataset)`` on a compiled
+  model (``compiled``) and one ``tf.data`` dataset (issue 23: the fair pair, the same input);
 - ``bare_loop``: the leanest loop a TensorFlow expert writes: ``from_tensor_slices(...).batch()
   .prefetch()`` built once, the next batch taken inside one ``tf.function`` over ``tf.range``,
   the loss read once per epoch (a new iterator per epoch).
@@ -73,6 +75,34 @@ def tfgpu_fit(
         trainer.reset_epochs()
         result = trainer.fit(epochs=epochs)
         return sum(h["steps"] for h in result.history) * batch
+
+    return run
+
+
+def compiled(strategy: Any, build: Callable[[], Any], *, spe: int = 1) -> Any:
+    """``build()`` compiled as the benchmarks compare it, in ``strategy``'s scope."""
+    keras.utils.set_random_seed(0)  # twins: the same initial weights
+    with strategy.scope():
+        model = build()
+        model.compile(
+            optimizer=keras.optimizers.Adam(1e-3),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=spe,
+            jit_compile=False,
+        )
+    return model
+
+
+def dataset_fit(model: Any, dataset: Any, *, rows: int, epochs: int, with_tfgpu: bool) -> Callable[[], int]:
+    """``run() -> examples``: ``epochs`` epochs of ``model.fit(dataset)`` or ``tfgpu.fit(model, dataset)``."""
+
+    def run() -> int:
+        if with_tfgpu:
+            tfgpu.fit(model, dataset, epochs=epochs, verbose=0)
+        else:
+            model.fit(dataset, epochs=epochs, verbose=0)
+        return epochs * rows
 
     return run
 

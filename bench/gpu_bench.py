@@ -3,7 +3,9 @@ the GPU's busy share (NVML utilization sampled every 20 ms while each run trains
 
 - CNN: 6 conv layers 64-64-128-128-256-256 on 64x64x3, batch 256 (8,192 examples in memory);
 - MLP 256-2048-2048-10, batch 1024 (65,536 examples), at steps_per_execution 1 and 8 for Keras
-  and tfgpu alike.
+  and tfgpu alike;
+- issue 23's pair on both models: Keras's ``model.fit(dataset)`` and ``tfgpu.fit(model, dataset)``
+  on twin compiled models, one ``tf.data`` dataset, both at steps_per_execution 50.
 
 Runs on the first GPU (memory growth on). Without a GPU it runs on the CPU, where ``--small``
 shrinks everything to check that it works; the busy column is then empty.
@@ -29,7 +31,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from _common import interleaved_rates, save, table  # noqa: E402
-from _loops import bare_loop, keras_fit, tfgpu_fit  # noqa: E402
+from _loops import bare_loop, compiled, dataset_fit, keras_fit, tfgpu_fit  # noqa: E402
 
 from tfgpu.monitor import Monitor  # noqa: E402
 
@@ -116,6 +118,11 @@ def main() -> None:
         if name == "mlp":
             variants[f"{name} spe=8: keras fit"] = keras_fit(*common, epochs=EPOCHS, spe=8)
             variants[f"{name} spe=8: tfgpu"] = tfgpu_fit(*common, epochs=EPOCHS, spe=8)
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).prefetch(tf.data.AUTOTUNE)
+        for label, ours in (("keras fit", False), ("tfgpu.fit", True)):
+            variants[f"{name} tf.data spe=50: {label}"] = dataset_fit(
+                compiled(one, build, spe=50), dataset, rows=len(x), epochs=EPOCHS, with_tfgpu=ours
+            )
     busy: dict[str, list[float]] = {name: [] for name in variants}
     rates = interleaved_rates(
         {name: with_busy(run, busy[name]) for name, run in variants.items()}, rounds=args.repeats
@@ -139,6 +146,14 @@ def main() -> None:
         ("cnn: tfgpu / bare in-graph loop >= 0.97", med["cnn: tfgpu"] / med["cnn: bare in-graph loop"], 0.97),
         ("mlp: tfgpu / keras fit >= 1.0 (spe 1)", med["mlp: tfgpu"] / med["mlp: keras fit"], 1.0),
         ("mlp spe=8: tfgpu / keras fit >= 1.0", med["mlp spe=8: tfgpu"] / med["mlp spe=8: keras fit"], 1.0),
+        *(
+            (
+                f"{m} tf.data spe=50: tfgpu.fit / keras fit >= 1.0",
+                med[f"{m} tf.data spe=50: tfgpu.fit"] / med[f"{m} tf.data spe=50: keras fit"],
+                1.0,
+            )
+            for m in ("cnn", "mlp")
+        ),
     ]
     if busy_of["cnn: tfgpu"] is not None:
         goals.append(("cnn: tfgpu GPU busy % >= 88", busy_of["cnn: tfgpu"], 88.0))

@@ -114,3 +114,58 @@ def custom_step_model() -> Any:
     model(np.zeros((1, 8), "float32"))
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
     return model
+
+
+def images(rows: int = 96) -> tuple[np.ndarray, np.ndarray]:
+    """Small images with a learnable pattern per class (a brighter quadrant)."""
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 4, size=rows)
+    x = rng.normal(scale=0.3, size=(rows, 32, 32, 3)).astype("float32")
+    for i, label in enumerate(y):
+        r, c = divmod(int(label), 2)
+        x[i, r * 16 : (r + 1) * 16, c * 16 : (c + 1) * 16] += 1.0
+    return x, y
+
+
+def mobilenet() -> Any:
+    import keras
+
+    model = keras.applications.MobileNetV2(input_shape=(32, 32, 3), alpha=0.35, weights=None, classes=4)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.02, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
+def padded_text(rows: int = 256, length: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids padded with 0 to ``length``; the label: token 7 occurs in the sequence."""
+    rng = np.random.default_rng(3)
+    x = np.zeros((rows, length), "int32")
+    for i, size in enumerate(rng.integers(3, length + 1, size=rows)):
+        x[i, :size] = rng.integers(1, 50, size=size)
+    return x, (x == 7).any(axis=1).astype("float32")
+
+
+def text_model() -> Any:
+    import keras
+
+    model = keras.Sequential(
+        [
+            keras.Input((20,), dtype="int32"),
+            keras.layers.Embedding(
+                50, 16, mask_zero=True, embeddings_initializer=keras.initializers.RandomUniform(seed=6)
+            ),
+            keras.layers.LSTM(
+                16,
+                kernel_initializer=keras.initializers.GlorotUniform(seed=7),
+                recurrent_initializer=keras.initializers.Orthogonal(seed=8),
+            ),
+            keras.layers.Dense(
+                1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=9)
+            ),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+    return model

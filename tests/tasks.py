@@ -93,3 +93,69 @@ def slow_task() -> tfgpu.Task:
 
 def not_a_task() -> int:
     return 3
+
+
+# -- bad input for tfgpu train (each is one message and exit 2) ----------------------------------
+def _binary(compiled: bool = True) -> Any:
+    import keras
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1, activation="sigmoid")])
+    if compiled:
+        model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def _binary_arrays() -> tuple[np.ndarray, np.ndarray]:
+    x, y = arrays()
+    return x, (y > 0).astype("float32")
+
+
+def uncompiled_model() -> tfgpu.Task:
+    return tfgpu.Task(model=lambda: _binary(compiled=False), train_data=_binary_arrays())
+
+
+def unknown_loss() -> tfgpu.Task:
+    return tfgpu.Task(model=lambda: _binary(compiled=False), loss="hinge-ish", train_data=_binary_arrays())
+
+
+def labels_that_cannot_fit() -> tfgpu.Task:
+    x, _ = arrays()
+    return tfgpu.Task(model=_binary, train_data=(x, np.zeros((len(x), 4, 2), "float32")))
+
+
+def class_weight_two_outputs() -> tfgpu.Task:
+    import keras
+
+    def build() -> Any:
+        inputs = keras.Input((8,))
+        model = keras.Model(
+            inputs,
+            {"a": keras.layers.Dense(1, name="a")(inputs), "b": keras.layers.Dense(1, name="b")(inputs)},
+        )
+        model.compile(optimizer="adam", loss={"a": "mse", "b": "mse"})
+        return model
+
+    x, y = arrays()
+    return tfgpu.Task(model=build, train_data=(x, {"a": y, "b": y}), class_weight={0: 1.0, 1: 2.0})
+
+
+def validation_split_with_a_function() -> tfgpu.Task:
+    return tfgpu.Task(model=_binary, train_data=global_batches, validation_split=0.2)
+
+
+def callback_that_raises() -> tfgpu.Task:
+    import keras
+
+    class Explodes(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            raise RuntimeError(f"the user's callback failed after epoch {epoch}")
+
+    return tfgpu.Task(model=_binary, train_data=_binary_arrays(), callbacks=[Explodes()])
+
+
+def data_function_returning_a_list() -> tfgpu.Task:
+    return tfgpu.Task(model=_binary, train_data=lambda ctx, per_replica: [1, 2, 3])
+
+
+def data_function_returning_none() -> tfgpu.Task:
+    return tfgpu.Task(model=_binary, train_data=lambda ctx, per_replica: None)

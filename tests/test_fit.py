@@ -84,6 +84,8 @@ def test_a_model_made_outside_the_scope_is_recreated_in_it(reference, clean_choi
     other = in_scope(local_strategy(2), binary_model)
     with pytest.raises(ConfigError, match="created in the scope of a MirroredStrategy"):
         tfgpu.fit(other, reference["x"], reference["y"], strategy=local_strategy(1), **FIT)
+    with pytest.raises(ConfigError, match=r"cannot be re-created in it .* inside `with strategy.scope\(\):`"):
+        tfgpu.fit(custom_step_model(), reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
 
 
 def test_two_outputs_with_per_output_losses_weights_and_metrics():
@@ -318,3 +320,92 @@ def test_parameter_servers_count_every_step():
     assert result["iterations"] == 60  # 10 executions of 2 steps side by side on 2 workers, none lost
     assert result["loss_count"] == 20 * 24  # the last epoch's rows, each counted once
     assert result["history"]["loss"][-1] < result["history"]["loss"][0]
+
+
+def test_predict_in_memory_keeps_the_input_order(reference):
+    x = reference["x"][:203]  # not a multiple of the batch: the last batch is filled and cut
+    expected = reference["model"].predict(x, batch_size=32, verbose=0)
+    for replicas in (1, 3):
+        model = in_scope(local_strategy(replicas), binary_model)
+        model.set_weights(reference["model"].get_weights())
+        got = tfgpu.predict(model, x, batch_size=32, steps_per_execution=2)
+        assert got.shape == expected.shape == (203, 1)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+    x2, _ = two_output_data(rows=50)
+    two = in_scope(local_strategy(2), two_output_model)
+    got = tfgpu.predict(two, x2, batch_size=16)
+    want = two.predict(x2, batch_size=16, verbose=0)
+    assert set(got) == {"kind", "size"} and got["kind"].shape == (50, 3)
+    for key in got:
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
+
+
+def test_real_models_on_two_replicas_track_keras_on_one_device():
+    """Batch norm (MobileNetV2) keeps statistics per replica, so the losses are close, not equal;
+    a text model over padded batches (masking, LSTM) has nothing per replica: equal."""
+    from fit_models import images, mobilenet, padded_text, text_model
+
+    x, y = images()
+    expected = mobilenet()
+    start = expected.get_weights()
+    keras_history = expected.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    model = in_scope(local_strategy(2), mobilenet)
+    model.set_weights(start)
+    history = tfgpu.fit(model, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert history.history["loss"] == pytest.approx(keras_history.history["loss"], rel=0.1)
+
+    x, y = padded_text()
+    expected = text_model()
+    keras_history = expected.fit(x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    model = in_scope(local_strategy(2), text_model)
+    history = tfgpu.fit(model, x, y, batch_size=32, epochs=2, shuffle=False, verbose=0)
+    same_history(history.history, keras_history.history, rel=1e-4)
+    same_weights(model.get_weights(), expected.get_weights(), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_killed_fit_resumes_to_the_weights_of_an_uninterrupted_one(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = str(Path(__file__).parent / "fit_resume.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TFGPU_")}
+
+    def run(directory, slow):
+        return subprocess.run(
+            [sys.executable, script, str(directory), slow],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    reference = run(tmp_path / "ref", "0")
+    assert reference.returncode == 0, reference.stderr[-2000:]
+    directory = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, script, str(directory), "0.2"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240  # only a hang reaches it
+    while not (directory / "ckpt-8.index").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = sorted(int(p.stem.split("-")[1]) for p in directory.glob("ckpt-*.index"))
+    assert done and max(done) < 48 and not (directory / "final.weights.h5").exists()  # killed midway
+    resumed = run(directory, "0")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "epochs [" in resumed.stdout
+    a, b = binary_model(), binary_model()
+    a.load_weights(str(directory / "final.weights.h5"))
+    b.load_weights(str(tmp_path / "ref" / "final.weights.h5"))
+    same_weights(a.get_weights(), b.get_weights(), rtol=1e-6, atol=1e-7)

@@ -98,7 +98,7 @@ predicted = predict("{tmp_path}/m.keras", "{tmp_path}/x.npy", "{tmp_path}/out", 
 outputs = next(v for k, v in read_output("{tmp_path}/out").items() if k != "row_id")
 print(json.dumps({{
     "on_gpu": "GPU" in trainer.model.trainable_variables[0].value.device,
-    "accuracy": result.history[-1]["eval_accuracy"],
+    "accuracy": result.history[-1]["val_accuracy"],
     "loss_finite": bool(np.isfinite(result.history[-1]["loss"])),
     "rows": predicted.predicted_rows,
     "matches": bool(np.allclose(outputs, trainer.model.predict(x, verbose=0), rtol=1e-4, atol=1e-4)),
@@ -108,3 +108,31 @@ print(json.dumps({{
     assert result["on_gpu"] and result["loss_finite"] and result["accuracy"] > 0.9
     assert result["rows"] == 4096 and result["matches"]
     assert Path(tmp_path / "out" / "manifest.json").exists()
+
+
+def test_keras_fit_contract_on_the_gpu():
+    """tfgpu.fit / evaluate / predict on a compiled model on the GPU agree with Keras's own."""
+    code = """
+import json
+import numpy as np, keras, tensorflow as tf, tfgpu
+rng = np.random.default_rng(0)
+x = rng.normal(size=(4096, 32)).astype("float32"); y = (x[:, 0] > 0).astype("float32")
+def build():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=[keras.metrics.AUC(name="auc")])
+    return model
+ours, theirs = build(), build()
+history = tfgpu.fit(ours, x, y, batch_size=256, epochs=3, shuffle=False, validation_split=0.25, verbose=0)
+expected = theirs.fit(x, y, batch_size=256, epochs=3, shuffle=False, validation_split=0.25, verbose=0)
+print(json.dumps({
+    "on_gpu": "GPU" in ours.trainable_variables[0].value.device,
+    "val_auc": history.history["val_auc"], "keras_val_auc": expected.history["val_auc"],
+    "eval": tfgpu.evaluate(ours, x, y, batch_size=500), "keras_eval": ours.evaluate(x, y, batch_size=500, verbose=0, return_dict=True),
+    "predict_matches": bool(np.allclose(tfgpu.predict(ours, x, batch_size=512), ours.predict(x, batch_size=512, verbose=0), rtol=1e-4, atol=1e-5)),
+}))
+"""
+    result = run_python(code, timeout=600)
+    assert result["on_gpu"] and result["predict_matches"]
+    assert result["val_auc"] == pytest.approx(result["keras_val_auc"], rel=1e-3)
+    assert result["eval"] == pytest.approx(result["keras_eval"], rel=1e-4)

@@ -22,7 +22,7 @@ TRAIN = {
     "bottleneck": "input",
     "input_bound": "highly",
     "verdict": "HIGHLY input-bound: 30% of step time waiting for input",
-    "history": [{"epoch": 1, "loss": 0.9, "steps": 4, "eval_loss": 0.8, "eval_accuracy": 0.7}],
+    "history": [{"epoch": 1, "loss": 0.9, "steps": 4, "val_loss": 0.8, "val_accuracy": 0.7}],
     "timeline": [
         {"t": 0.1 * i, "step": i + 1, "loss": 1.0 - 0.1 * i, "examples_per_s": 250.0, "input_wait": 0.3}
         for i in range(4)

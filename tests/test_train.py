@@ -443,3 +443,41 @@ def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single,
         trainer.fit(steps=STEPS)
         assert_same_weights(trainer.model.get_weights(), single["weights"])
         assert trainer.evaluate()["examples"] == 1001
+
+
+def test_cli_bad_input_is_one_message(tmp_path):
+    """The issue's sweep: each is one message naming the fix, exit 2, no traceback."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    (tmp_path / "a-file").write_text("not a directory")
+    cases = {
+        "uncompiled_model": ("is not compiled, and Task.loss is not set",),
+        "unknown_loss": ("Keras does not know this loss",),
+        "labels_that_cannot_fit": ("cannot take the data",),
+        "class_weight_two_outputs": ("class_weight needs a model with one output",),
+        "validation_split_with_a_function": ("validation_split needs arrays in memory",),
+        "callback_that_raises": ("the user's callback failed after epoch 0", "tasks.py:"),
+        "data_function_returning_a_list": ("returned list, not a tf.data.Dataset",),
+        "data_function_returning_none": ("returned NoneType, not a tf.data.Dataset",),
+    }
+    runs = [(name, ("--epochs", "1")) for name in cases]
+    runs += [
+        ("make_task", ("--epochs", "-1")),
+        ("make_task", ("--steps", "-5")),
+        ("make_task", ("--epochs", "0")),
+        ("make_task", ("--steps", "1", "--checkpoint-dir", str(tmp_path / "a-file"))),
+    ]
+    expected = [
+        *cases.values(),
+        ("epochs must be",),
+        ("steps must be",),
+        ("epochs must be",),
+        ("--checkpoint-dir",),
+    ]
+    with ThreadPoolExecutor(3) as pool:
+        done = list(pool.map(lambda run: run_cli("train", f"{TASKS}:{run[0]}", *run[1]), runs))
+    for (name, flags), result, needles in zip(runs, done, expected, strict=True):
+        assert result.returncode == 2, (name, flags, result.stderr[-1500:])
+        assert "Traceback" not in result.stderr, (name, result.stderr[-1500:])
+        for needle in needles:
+            assert needle in result.stderr, (name, flags, needle, result.stderr[-1500:])

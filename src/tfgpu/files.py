@@ -28,6 +28,33 @@ def write_json_atomic(path: str | os.PathLike, data: Any, *, indent: int | None 
     return write_text_atomic(path, json.dumps(data, indent=indent, default=str))
 
 
+def remove_leftover_temporaries(directory: str | os.PathLike) -> list[Path]:
+    """Delete the temporary files (``NAME.tmp-PID``) in ``directory`` whose writer is gone.
+
+    A process killed while writing leaves one; a live writer's (another worker of the same run)
+    is kept. Returns what was deleted.
+    """
+    removed = []
+    for path in Path(directory).glob("*.tmp-*"):
+        pid = path.name.rsplit(".tmp-", 1)[1]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
 def check_output_directory(path: str | os.PathLike, *, command: str) -> Path:
     """``path`` as a Path; InputError when it is an existing file (commands write directories)."""
     out = Path(path)

@@ -143,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         log_dir=args.log_dir,
     )
     trainer = tfgpu.Trainer(task, options=options, on_progress=_progress_printer(args.json))
-    result = trainer.fit(epochs=None if args.steps else (args.epochs or 1), steps=args.steps)
+    epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
+    result = trainer.fit(epochs=epochs, steps=args.steps)
     summary = {**result.to_dict(), "choices": choices.as_dict()}
     if not trainer.is_chief:
         return 0

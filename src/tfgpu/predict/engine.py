@@ -10,6 +10,7 @@ the chief writes the final manifest once every part is complete.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable
@@ -23,10 +24,19 @@ import tfgpu
 from tfgpu import choices, cluster, distribute, host
 from tfgpu.data.pipeline import parallel_options
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.files import changed, check_output_directory, dig, fingerprint, write_json_atomic
+from tfgpu.files import (
+    changed,
+    check_output_directory,
+    dig,
+    fingerprint,
+    remove_leftover_temporaries,
+    write_json_atomic,
+)
 from tfgpu.predict import writers
 from tfgpu.predict.inputs import InputSource, open_input
 from tfgpu.predict.models import Predictor, load_predictor
+
+log = logging.getLogger(__name__)
 
 PARTS = "_parts"
 ROWS_PER_CALL = 32_768  # the automatic steps_per_execution: a few ms of work per call on a GPU
@@ -282,6 +292,8 @@ def predict(
         },
     }
     _check_identity(out, identity, overwrite=overwrite)
+    for leftover in remove_leftover_temporaries(out):  # a killed run's half-written shard
+        log.info("removed %s, left by a run that was stopped while writing it", leftover.name)
     first = writers.resume_row(out, options.fmt, start, stop)
     sink = writers.OrderedShards(
         out, fmt=options.fmt, start=first, stop=stop, rows_per_shard=options.rows_per_shard

@@ -52,3 +52,8 @@ class Evaluator:
         if value not in self._limits:  # a Python int argument would retrace per value
             self._limits[value] = self._tf.constant(value, self._tf.int32)
         return self._limits[value]
+
+
+def evaluator_for(strategy: Any, model: Any) -> Evaluator:
+    """One Evaluator per model and strategy: a new compiled function would trace again."""
+    return execution.cached(model, ("evaluator", id(strategy)), lambda: Evaluator(strategy, model))

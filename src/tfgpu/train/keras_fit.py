@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -137,6 +136,7 @@ def evaluate(
     dataset size on every replica and worker. ``x`` takes what ``tfgpu.fit`` takes."""
     from tfgpu import cluster, distribute
     from tfgpu.train import callbacks as callback_setup
+    from tfgpu.train.evaluation import evaluator_for
 
     model_setup.check_compiled(model, call="tfgpu.evaluate")
     strategy, placed = _placement(model, strategy)
@@ -158,22 +158,9 @@ def evaluate(
         listed = callback_setup.callback_list(
             callbacks, model=placed, is_chief=spec is None or spec.is_chief, verbose=0, epochs=1, steps=steps
         )
-    logs = _evaluator(strategy, placed)(source, limit=steps, callbacks=listed)
+    logs = evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed)
     logs.pop("examples")
     return logs if return_dict else list(logs.values())
-
-
-_EVALUATORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _evaluator(strategy: Any, model: Any) -> Any:
-    """One Evaluator per model and strategy: a new compiled function would trace again."""
-    from tfgpu.train.evaluation import Evaluator
-
-    kept = _EVALUATORS.get(model)
-    if kept is None or kept.strategy is not strategy:
-        kept = _EVALUATORS[model] = Evaluator(strategy, model)
-    return kept
 
 
 # -- arguments -------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution, inputs
 from tfgpu.train import model as model_setup
 from tfgpu.train.checkpoints import Checkpoints
-from tfgpu.train.evaluation import Evaluator
+from tfgpu.train.evaluation import evaluator_for
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
 from tfgpu.train.task import Task
 from tfgpu.train.windows import RunLog, Window, pythonify
@@ -143,7 +143,6 @@ class Trainer:
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
-        self._evaluator: Evaluator | None = None
         self.checkpoints = Checkpoints(
             self.options.checkpoint_dir,
             objects={
@@ -180,9 +179,10 @@ class Trainer:
         )
 
     def _function(self, name: str) -> Any:
-        """The compiled functions, built once per Trainer (a new tf.function would retrace)."""
+        """The compiled functions, built once per model and strategy (a new tf.function would retrace)."""
         if name not in self._functions:
-            self._functions[name] = self._make_function(name)
+            key = (name, id(self.strategy), self.options.jit_compile)
+            self._functions[name] = execution.cached(self.model, key, lambda: self._make_function(name))
         return self._functions[name]
 
     def _make_function(self, name: str) -> Any:
@@ -416,9 +416,7 @@ class Trainer:
             source = self._inputs["eval"]
         else:
             source = self._input(data, training=False)
-        if self._evaluator is None:
-            self._evaluator = Evaluator(self.strategy, self.model)
-        return self._evaluator(source, limit=limit, callbacks=callbacks)
+        return evaluator_for(self.strategy, self.model)(source, limit=limit, callbacks=callbacks)
 
     # -- parameter server ------------------------------------------------------------------------
     def _fit_parameter_server(self, *, epochs: int | None, steps: int | None, callbacks: Any) -> TrainResult:

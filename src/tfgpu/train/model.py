@@ -17,6 +17,7 @@ Keras 3.15):
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from tfgpu import choices
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from tfgpu.train.task import Task
 
 log = logging.getLogger(__name__)
+
+_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> element specs checked
 
 
 def from_task(task: Task) -> Any:
@@ -132,12 +135,18 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
         with strategy.scope():
             if not _built(model):
                 model._symbolic_build(data_batch=element_spec)
-            else:  # built already (trained before, or by another input): the labels still must fit
+            elif str(element_spec) not in _CHECKED.setdefault(model, set()):
+                # built already (trained before, or for other data): the labels still must fit;
+                # once per model and data structure (the check traces the model: tens of ms)
                 _check_loss(model, element_spec)
+        _CHECKED.setdefault(model, set()).add(str(element_spec))
     except (ValueError, TypeError) as exc:
         raise ConfigError(
             f"The model, its loss and metrics cannot take the data: {_first_line(exc)}",
-            value=_describe(element_spec),
+            value={
+                "data (x, y[, sample_weight])": _describe(element_spec),
+                "model output": _output(model, element_spec),
+            },
             fix="give labels of the shape the loss expects for the model's output "
             "(e.g. integer class ids with sparse_categorical_crossentropy, one column per output unit otherwise)",
         ) from None
@@ -175,6 +184,22 @@ def _built(model: Any) -> bool:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return " ".join(text.split())[:400] if text else type(exc).__name__
+
+
+def _output(model: Any, element_spec: Any) -> str:
+    """The model's output shapes for this data's x, or "?" when they cannot be worked out."""
+    import keras
+    import tensorflow as tf
+    from keras.src.backend import compute_output_spec
+
+    x = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+    try:
+        out = compute_output_spec(
+            model, tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), x)
+        )
+    except Exception:  # the model cannot take x either: the message says why
+        return "?"
+    return str(tf.nest.map_structure(lambda t: f"{t.dtype}{list(t.shape)}", out))
 
 
 def _describe(spec: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Any
 
 from tfgpu import verdict
@@ -49,6 +50,14 @@ class TrainOptions:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ConfigError(
                     f"{name} must be a whole number of at least 1", value=value, fix="pass 1 or more"
+                )
+        for name, value in (("checkpoint_dir", self.checkpoint_dir), ("log_dir", self.log_dir)):
+            if value is not None and Path(value).exists() and not Path(value).is_dir():
+                flag = "--" + name.replace("_", "-")
+                raise ConfigError(
+                    f"{name} ({flag}) must be a directory, and this is a file",
+                    value=str(value),
+                    fix=f"pass a directory (it is created if missing), e.g. {flag} {Path(value).with_suffix('')}-dir",
                 )
 
     @property
