@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-main test-estimator lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit clean
+.PHONY: demo test test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,10 +46,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests tests_estimator bench examples
 	$(BIN)/ruff format --check src tests tests_estimator bench examples
 
-test: test-main test-estimator
+test: test-main test-estimator test-wheel
 
 test-main: lint
 	$(BIN)/python -m pytest -q
+
+# the wheel a user installs: built here, installed with no extras in a fresh venv, run elsewhere
+test-wheel: $(STAMP)
+	bash .ci/wheel_smoke.sh $(PYTHON) $(BIN)/python
 
 test-estimator: $(LEGACY_STAMP)
 	$(LEGACY_VENV)/bin/python -m pytest -q -p no:warnings tests_estimator

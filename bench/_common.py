@@ -31,7 +31,7 @@ def interleaved_rates(
             units = run()
             rates[name].append(units / (time.perf_counter() - start))
     return {
-        name: {"median": statistics.median(r), "min": min(r), "max": max(r), "runs": len(r)}
+        name: {"median": statistics.median(r), "min": min(r), "max": max(r), "runs": len(r), "all": r}
         for name, r in rates.items()
     }
 

@@ -110,6 +110,17 @@ def custom_step_model() -> Any:
                     metric.update_state(y, y_pred)
             return {m.name: m.result() for m in self.metrics}
 
+        def test_step(self, data: Any) -> Any:
+            x, y = data
+            y_pred = self(x, training=False)
+            loss = 3.0 * self.compute_loss(x=x, y=y, y_pred=y_pred)  # a twist here too
+            for metric in self.metrics:
+                if metric.name == "loss":
+                    metric.update_state(loss)
+                else:
+                    metric.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+
     model = Custom()
     model(np.zeros((1, 8), "float32"))
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])

@@ -466,6 +466,7 @@ def test_a_source_that_changed_is_not_resumed_into_old_shards(images, tmp_path):
     (src / "dog" / "9.png").unlink()
     with pytest.raises(InputError, match="made from other input: the source's files changed since") as info:
         data.convert(src, out, options=options)
+    assert "(removed dog/9.png)" in str(info.value)  # which file, not only the counts
     assert "'content.files': {'then': 22, 'now': 21}" in str(info.value)
     assert sorted(p.name for p in out.glob("part-*")) == written
     result = data.convert(src, out, options=options, overwrite=True)
@@ -522,3 +523,12 @@ def test_output_that_is_a_file_is_refused_and_kept(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "is a file, but tfgpu convert writes a directory" in done.stderr
     assert (tmp_path / "taken").read_text() == "keep me"
+
+
+def test_a_malformed_csv_row_is_named_by_its_line(tmp_path):
+    (tmp_path / "t.csv").write_text("a,b,y\n1,2,0\n3,4,1\n5,6,7,1\n7,8,0\n")
+    with pytest.raises(
+        InputError, match=r"t\.csv, line 4: CSV parse error: Expected 3 columns, got 4"
+    ) as info:
+        data.convert(tmp_path / "t.csv", tmp_path / "o", options=opts(label="y", workers=1))
+    assert "that line has 4 fields, the header 3" in str(info.value)

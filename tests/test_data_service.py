@@ -391,7 +391,7 @@ def test_train_fails_in_bounded_time_when_the_service_goes_away(tmp_path):
             "--data-service",
             address,
             "--data-service-timeout",
-            "3",
+            "15",  # far above a probe's time on a loaded machine: only the killed service reaches it
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -401,9 +401,9 @@ def test_train_fails_in_bounded_time_when_the_service_goes_away(tmp_path):
         lines = iter(train.stderr.readline, "")
         assert any(line.startswith("tfgpu train: step") for line in lines)  # training through the service
         server.kill()
-        assert train.wait(timeout=60) == 2
+        assert train.wait(timeout=240) == 2  # a ceiling only a hang reaches
         message = train.stderr.read()
-        assert f"The tf.data service at {address} stopped answering 3 s ago" in message
+        assert f"The tf.data service at {address} stopped answering 15 s ago" in message
         assert "Traceback" not in message
     finally:
         for process in (server, train):

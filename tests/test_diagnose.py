@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -338,3 +339,23 @@ def test_more_input_workers_says_how_many_hosts():
         "tfgpu train TASK --data-service grpc://HOST0:5050"
     )
     assert item.to_dict()["commands"] == [start, use]
+    # a Python stage cannot run on a service worker: say to replace it first, give no command
+    python = dataclasses.replace(
+        facts,
+        stages=[
+            {
+                "name": "map(numpy_function)",
+                "share": 0.9,
+                "python": True,
+                "kind": "map",
+                "parallel": True,
+                "batched": True,
+            }
+        ],
+    )
+    item = next(a for a in advice.advise(python) if a.kind == "more-input-workers")
+    assert (
+        "first replace stage map(numpy_function)" in item.detail
+        and "9 tf.data service workers" in item.detail
+    )
+    assert item.commands == ()

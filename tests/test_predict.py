@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import keras
 import numpy as np
@@ -235,14 +234,23 @@ def test_killed_run_resumes_with_every_row_once(files, tmp_path):
         "--json",
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFGPU_")}
+    # killed right after the program says it wrote its 2nd shard (verbose, it logs each one)
     proc = subprocess.Popen(
-        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        command,
+        env={**env, "TFGPU_VERBOSE": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list((tmp_path / "o").glob("part-*.parquet"))) < 2:
-        time.sleep(0.02)
+    announced = 0
+    for line in proc.stderr:  # ends only if the process does: then the assertion below says so
+        announced += "wrote shard part-" in line
+        if announced == 2:
+            break
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert announced == 2, "the prediction ended before announcing 2 shards"
     written = len(list((tmp_path / "o").glob("part-*.parquet")))
     assert 2 <= written < 31 and not (tmp_path / "o" / "manifest.json").exists()
     done = run_cli(*command[3:])

@@ -72,6 +72,16 @@ def fingerprint(path: str | os.PathLike, *, exclude: str | os.PathLike | None = 
     every file with its size and modification time (leaving out the folder ``exclude``). Why: a
     resumed run must be fed what the first one was, and reading gigabytes to hash them would cost
     more than the run saves."""
+    listing = file_listing(path, exclude=exclude)
+    digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
+    return {"files": len(listing), "bytes": sum(entry[1] for entry in listing), "listing_sha256": digest}
+
+
+LISTING_KEPT = 10_000  # files: a larger source keeps only its fingerprint
+
+
+def file_listing(path: str | os.PathLike, *, exclude: str | os.PathLike | None = None) -> list[list[Any]]:
+    """[relative name, size, modification time in ns] of every file under ``path`` (or of the file)."""
     root = Path(path)
     skip = Path(exclude).resolve() if exclude is not None else None
     if root.is_file():
@@ -86,8 +96,23 @@ def fingerprint(path: str | os.PathLike, *, exclude: str | os.PathLike | None = 
         listing.append(
             [file.name if file == root else str(file.relative_to(root)), stat.st_size, stat.st_mtime_ns]
         )
-    digest = hashlib.sha256(json.dumps(listing).encode()).hexdigest()[:16]
-    return {"files": len(listing), "bytes": sum(entry[1] for entry in listing), "listing_sha256": digest}
+    return listing
+
+
+def listing_changes(earlier: list[list[Any]], now: list[list[Any]], *, most: int = 5) -> str:
+    """Which files were added, removed or modified between two listings, in words ("" if none)."""
+    before = {name: (size, mtime) for name, size, mtime in earlier}
+    after = {name: (size, mtime) for name, size, mtime in now}
+    parts = []
+    for label, names in (
+        ("added", sorted(set(after) - set(before))),
+        ("removed", sorted(set(before) - set(after))),
+        ("modified", sorted(n for n in set(before) & set(after) if before[n] != after[n])),
+    ):
+        if names:
+            shown = ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+            parts.append(f"{label} {shown}")
+    return "; ".join(parts)
 
 
 def changed(earlier: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tfgpu",
         description="Keep every accelerator busy for TensorFlow work.",
     )
+    from tfgpu import __version__
+
+    parser.add_argument("--version", action="version", version=f"tfgpu {__version__}")
     parser.add_argument(
         "-v",
         "--verbose",

@@ -24,7 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def render(report: doctor.DoctorReport, *, console=None) -> None:
     console = console or _common.out
-    table = Table(title="tfgpu doctor", show_lines=False, expand=False)
+    from tfgpu import __version__
+
+    table = Table(title=f"tfgpu doctor (tfgpu {__version__})", show_lines=False, expand=False)
     table.add_column("check", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("finding (and fix)", overflow="fold")  # a link folds, never cut to "..."

@@ -28,7 +28,16 @@ from tfgpu.data import records
 from tfgpu.data.manifest import MANIFEST_NAME, Feature, Manifest, Shard
 from tfgpu.data.sources import BadRow, ImageOptions, SourceSpec
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.files import changed, check_output_directory, dig, fingerprint, write_json_atomic
+from tfgpu.files import (
+    LISTING_KEPT,
+    changed,
+    check_output_directory,
+    dig,
+    file_listing,
+    fingerprint,
+    listing_changes,
+    write_json_atomic,
+)
 from tfgpu.workers import run_jobs
 
 STATE_DIR = ".tfgpu"
@@ -262,6 +271,7 @@ def _check_resume(state: Path, identity: dict[str, Any], source: str, *, overwri
         "content": fingerprint(source, exclude=out),
         "options": identity,
     }
+    listing = file_listing(source, exclude=out)
     made = [*out.glob("part-*-of-*.tfrecord*"), *[p for p in [out / MANIFEST_NAME] if p.exists()]]
     if overwrite:
         shutil.rmtree(state, ignore_errors=True)
@@ -271,16 +281,20 @@ def _check_resume(state: Path, identity: dict[str, Any], source: str, *, overwri
     elif plan_file.exists():
         # a conversion by a tfgpu that did not record the content is judged on what it recorded
         earlier = {"content": wanted["content"], **json.loads(plan_file.read_text())}
+        before = earlier.pop("listing", None)
         different = changed(earlier, wanted)
         if different:
             names = {"content": "the source's files", "source": "the source path", "options": "the options"}
             parts = sorted({names[k.split(".")[0]] for k in different})
+            files = listing_changes(before, listing) if before is not None else ""
             raise InputError(
-                f"{out} holds a conversion made from other input: {' and '.join(parts)} changed since",
+                f"{out} holds a conversion made from other input: {' and '.join(parts)} changed since"
+                + (f" ({files})" if files else ""),
                 value={k: {"then": dig(earlier, k), "now": dig(wanted, k)} for k in different},
                 fix="convert into a new directory, or pass --overwrite to delete that conversion and start over",
             )
-    write_json_atomic(plan_file, wanted)
+    kept = {"listing": listing} if len(listing) <= LISTING_KEPT else {}  # names what changed, next time
+    write_json_atomic(plan_file, {**wanted, **kept})
 
 
 def _run_jobs(

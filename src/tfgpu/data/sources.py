@@ -9,6 +9,7 @@ raises InputError naming the file and row; with ``skip_bad`` the row is reported
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 from collections.abc import Iterator
@@ -187,6 +188,27 @@ def _arrow_feature(name: str, arrow_type: Any) -> Feature:
     )
 
 
+def _malformed_row(path: Path) -> Any:
+    """The first row of a CSV file with the wrong number of fields (its line number included), or
+    None. A second, single-threaded read: only it numbers the lines, and only errors pay for it."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    found: list[Any] = []
+
+    def stop_at(row: Any) -> str:
+        found.append(row)
+        return "error"
+
+    with contextlib.suppress(pa.ArrowInvalid, OSError):  # the row is what this read is for
+        pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(use_threads=False),
+            parse_options=pcsv.ParseOptions(invalid_row_handler=stop_at),
+        )
+    return found[0] if found and found[0].number is not None else None
+
+
 class TableSource:
     """CSV or Parquet: each column a feature; ``image_column`` holds image paths (relative to the file)."""
 
@@ -244,9 +266,16 @@ class TableSource:
 
             return pq.read_table(path)
         except (pa.ArrowInvalid, OSError) as exc:
+            bad = _malformed_row(path) if path.suffix.lower() == ".csv" else None
+            where = f"{path}, line {bad.number}" if bad is not None else str(path)
+            detail = (
+                f" (that line has {bad.actual_columns} fields, the header {bad.expected_columns})"
+                if bad
+                else ""
+            )
             raise InputError(
-                f"Cannot read table {path}: {str(exc).splitlines()[0]}",
-                fix="check the file is complete and well-formed",
+                f"Cannot read table {where}: {str(exc).splitlines()[0]}",
+                fix=f"check the file is complete and well-formed{detail}",
             ) from None
 
     def _image_path(self, row: int) -> Path:

@@ -183,16 +183,24 @@ def advise(f: Facts) -> list[Advice]:
     best_local = max([f.together_rate] + [a.estimated_speedup * f.together_rate for a in items])
     if input_bound and needed > 1.5 * f.cores and best_local < 0.95 * f.device_rate:
         more = service_hosts(needed, f.cores)
-        items.append(
-            Advice(
-                "more-input-workers",
-                f"feeding {f.device_rate:,.0f} examples/s needs {needed:.1f} cores at "
-                f"{f.cpu_s_per_example * 1000:.2f} ms CPU per example; this machine has {f.cores}: "
-                f"{more + 1} tf.data service workers on hosts like this one (one per host: this one and "
-                f"{more} more host(s)) would supply it (docs/data-service.md), or preprocess offline",
-                max(1.0, f.device_rate / best_local),
-                commands=service_commands(more + 1),
+        need = (
+            f"feeding {f.device_rate:,.0f} examples/s needs {needed:.1f} cores at "
+            f"{f.cpu_s_per_example * 1000:.2f} ms CPU per example; this machine has {f.cores}: "
+        )
+        workers = f"{more + 1} tf.data service workers on hosts like this one (one per host: this one and {more} more host(s))"
+        python = [stage["name"] for stage in f.stages if stage["python"]]
+        if python:  # a service worker cannot run a Python stage: no command that would fail
+            detail = (
+                f"{need}first replace stage {python[0]}, which calls Python (py_function / numpy_function) "
+                f"and so cannot run on a tf.data service worker, with TensorFlow ops; then {workers} "
+                "would supply it (docs/data-service.md), or preprocess offline"
             )
+            commands: tuple[str, ...] = ()
+        else:
+            detail = f"{need}{workers} would supply it (docs/data-service.md), or preprocess offline"
+            commands = service_commands(more + 1)
+        items.append(
+            Advice("more-input-workers", detail, max(1.0, f.device_rate / best_local), commands=commands)
         )
     if not input_bound and f.host_overhead >= 0.15:
         per_exec = 1 / max(1e-9, 1 - f.host_overhead + f.host_overhead / 8)

@@ -55,7 +55,10 @@ class Facts:
         return len(self.tf.get("gpus") or [])
 
     def to_dict(self) -> dict[str, Any]:
+        from tfgpu import __version__
+
         return {
+            "tfgpu": __version__,
             "python": ".".join(map(str, self.python)),
             "cpu_count": self.cpu_count,
             "nvml": self.nvml.to_dict(),

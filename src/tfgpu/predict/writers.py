@@ -10,6 +10,7 @@ rows are done and a reader in name order reads the input order.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import queue
 import re
@@ -22,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from tfgpu.errors import InputError
+
+log = logging.getLogger(__name__)
 
 FORMATS = {"parquet": ".parquet", "npy": ".npz", "tfrecord": ".tfrecord"}
 SHARD_RE = re.compile(r"^part-(\d{12})-(\d{12})\.(parquet|npz|tfrecord)$")
@@ -199,6 +202,7 @@ class OrderedShards:
         outputs = {k: np.concatenate([r[k] for r in self.ready]) for k in self.ready[0]}
         name = f"part-{self.shard_first:012d}-{self.next_row:012d}{FORMATS[self.fmt]}"
         _write(self.directory / name, self.fmt, ids, outputs)
+        log.info("wrote shard %s (rows %d to %d)", name, self.shard_first, self.next_row - 1)
         self.written.append(ShardInfo(name, self.shard_first, len(ids)))
         self.shard_first = self.next_row
         self.ready_ids, self.ready = [], []
