@@ -11,8 +11,9 @@ returns, as device tensors the host reads once per log window:
   the replicas: exact over every replica and worker, as Keras's metric variables are ON_READ/SUM);
   under MultiWorkerMirroredStrategy this is one all-reduce per execution;
 - ``first_bad``: the index (within the execution) of the first step after which this worker's
-  replicas reported a non-finite loss, or -1; checked on the replicas' local results, so the check
-  costs no communication and no device-to-host copy per step;
+  replicas reported a non-finite loss, or -1; checked on the replicas' local results (the running
+  loss, which stays non-finite once it is), so the check costs no communication and no
+  device-to-host copy per step;
 - ``wait`` / ``first_wait``: seconds spent in ``get_next`` (host timestamps taken in the graph
   around it), all of them and the first one, which at the start of an epoch is start-up cost;
 - ``examples``: the rows this worker's replicas trained on (batch shapes, no device work).
@@ -47,18 +48,19 @@ def _rows(strategy: Any, batch: Any) -> Any:
     import tensorflow as tf
 
     parts = strategy.experimental_local_results(tf.nest.flatten(batch)[0])
-    return tf.add_n([tf.shape(p)[0] for p in parts])
+    return tf.shape(parts[0])[0] if len(parts) == 1 else tf.add_n([tf.shape(p)[0] for p in parts])
 
 
-def _all_finite(strategy: Any, outputs: Any) -> Any:
-    """True when every local replica's "loss" output is finite (True when the step has none)."""
+def _finite(strategy: Any, outputs: Any) -> Any:
+    """1.0 when every local replica's "loss" output is finite, else 0.0 (1.0 when there is none)."""
     import tensorflow as tf
 
     loss = outputs.get("loss") if isinstance(outputs, dict) else None
     if loss is None:
-        return tf.constant(True)
+        return tf.constant(1.0)
     parts = strategy.experimental_local_results(loss)
-    return tf.reduce_all([tf.reduce_all(tf.math.is_finite(tf.cast(p, tf.float32))) for p in parts])
+    ok = tf.math.is_finite(parts[0]) if len(parts) == 1 else tf.reduce_all(tf.math.is_finite(tf.stack(parts)))
+    return tf.cast(ok, tf.float32)
 
 
 def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:
@@ -70,11 +72,11 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
     def body(batch: Any, state: Any, index: Any) -> Any:
         finite_steps, examples = state
         outputs = strategy.run(step, args=(batch,))
-        # counts the steps until the first non-finite one; later steps add nothing
-        ok = tf.logical_and(
-            _all_finite(strategy, outputs), tf.equal(finite_steps, tf.cast(index, tf.float32))
+        # the logged loss is the epoch's running mean: non-finite from the first bad step on, so
+        # the count of finite steps is that step's index (two scalar ops a step, no comparison)
+        return finite_steps + _finite(strategy, outputs), examples + tf.cast(
+            _rows(strategy, batch), tf.float32
         )
-        return finite_steps + tf.cast(ok, tf.float32), examples + tf.cast(_rows(strategy, batch), tf.float32)
 
     @tf.function
     def execute(iterator: Any, limit: Any) -> dict[str, Any]:

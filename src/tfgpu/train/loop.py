@@ -139,32 +139,35 @@ class Trainer:
         self._functions: dict[str, Any] = {}
         self._inputs: dict[str, inputs.Input] = {"train": self._input(train_data, training=True)}
         model_setup.build(self.model, self.strategy, self._inputs["train"].spec())
+        # Python counters: reading or assigning mirrored variables every step costs device ops;
+        # variables hold them only for checkpoints (made only then: each costs ms per fit call)
+        self._counters = {"step": 0, "epoch": 0, "epoch_step": 0}
+        self.checkpoints: Checkpoints | None = None
+        self.resumed_from: str | None = None
+        if self.options.checkpoint_dir:
+            self._checkpointed()
+        self._limits: dict[int, Any] = {}
+        self._warm = False  # the training function has run once (traced and instantiated)
+        self._last: dict[str, Any] | None = None  # the last execution's accumulators
+
+    def _checkpointed(self) -> None:
+        """Checkpoints of model, optimizer and counters; restore the latest one there is."""
+        import tensorflow as tf
+
         with self.strategy.scope():
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
+        self._counter_variables = {"step": self.step, "epoch": self.epoch, "epoch_step": self.epoch_step}
         self.checkpoints = Checkpoints(
             self.options.checkpoint_dir,
-            objects={
-                "model": self.model,
-                "optimizer": self.optimizer,
-                "step": self.step,
-                "epoch": self.epoch,
-                "epoch_step": self.epoch_step,
-            },
+            objects={"model": self.model, "optimizer": self.optimizer, **self._counter_variables},
             keep=self.options.keep_checkpoints,
             is_chief=self.is_chief,
             worker=self.worker_name,
         )
         self.resumed_from = self.checkpoints.restore_latest()
-        # Python counters: reading or assigning mirrored variables every step costs device ops
-        self._counters = {
-            n: int(v.read_value())
-            for n, v in (("step", self.step), ("epoch", self.epoch), ("epoch_step", self.epoch_step))
-        }
-        self._limits: dict[int, Any] = {}
-        self._warm = False  # the training function has run once (traced and instantiated)
-        self._last: dict[str, Any] | None = None  # the last execution's accumulators
+        self._counters = {n: int(v.read_value()) for n, v in self._counter_variables.items()}
         if self.resumed_from:
             log.info("resumed from %s at step %d", self.resumed_from, self._counters["step"])
 
@@ -194,7 +197,9 @@ class Trainer:
         return execution.train_execution(self.strategy, self.model, jit_compile=self.options.jit_compile)
 
     def _save(self, step: int) -> str | None:
-        for name, variable in (("step", self.step), ("epoch", self.epoch), ("epoch_step", self.epoch_step)):
+        if self.checkpoints is None:
+            return None
+        for name, variable in self._counter_variables.items():
             variable.assign(self._counters[name])
         return self.checkpoints.save(step)
 
@@ -244,7 +249,7 @@ class Trainer:
         return run
 
     def _finish(self, run: RunLog) -> TrainResult:
-        final = self._save(self._counters["step"]) if self.checkpoints.enabled else None
+        final = self._save(self._counters["step"])
         return run.result(
             steps=self._counters["step"],
             epochs=self._counters["epoch"],
