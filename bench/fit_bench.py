@@ -17,7 +17,8 @@ of the two Keras runs.
 Models: Keras's multi-GPU guide model (784-256-256-10, batch 32) and a small conv net (32x32x3,
 conv 16-32, batch 64).
 
-Run: make bench-fit   (or .venv/bin/python bench/fit_bench.py [--processes 5] [--rounds 3])
+Run: make bench-fit   (or .venv/bin/python bench/fit_bench.py [--processes 4] [--rounds 5] [--pin]);
+``--pin`` runs each process on one core, which on this VM removes most of the noise.
 """
 
 from __future__ import annotations
@@ -52,8 +53,10 @@ def build(name: str) -> Any:
     )
 
 
-def one_process(rounds: int) -> dict[str, list[float]]:
-    """Every variant of every model, interleaved; examples/s per round."""
+def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, list[float]]:
+    """Every variant of every model, interleaved; examples/s per round (on core ``cpu`` only if given)."""
+    if cpu is not None:  # one core: no migration between cores, the main noise of this VM
+        os.sched_setaffinity(0, {cpu})
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import numpy as np
     import tensorflow as tf
@@ -86,10 +89,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--pin", action="store_true", help="run each process on one core (alternating)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_process(args.rounds)))
+        print(json.dumps(one_process(args.rounds, cpu=args.cpu)))
         return
     sys.path.insert(0, os.path.dirname(__file__))
     from _common import save, table
@@ -97,7 +102,14 @@ def main() -> None:
     runs: list[dict[str, list[float]]] = []
     for i in range(args.processes):
         done = subprocess.run(
-            [sys.executable, __file__, "--child", "--rounds", str(args.rounds)],
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--rounds",
+                str(args.rounds),
+                *(["--cpu", str(i % (os.cpu_count() or 1))] if args.pin else []),
+            ],
             capture_output=True,
             text=True,
             check=True,
@@ -151,7 +163,7 @@ def main() -> None:
     print(
         table(
             f"tfgpu.fit vs Keras fit on one tf.data dataset, examples/s (median of {args.processes} processes "
-            f"x {args.rounds} rounds; spread of the per-process medians)",
+            f"x {args.rounds} rounds{', each on one core' if args.pin else ''}; spread of the per-process medians)",
             rows,
             ["run", "examples_per_s", "process min", "process max"],
         )

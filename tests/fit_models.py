@@ -141,9 +141,12 @@ def images(rows: int = 96) -> tuple[np.ndarray, np.ndarray]:
 def mobilenet() -> Any:
     import keras
 
+    keras.utils.set_random_seed(0)  # its layers' initializers are not seeded
     model = keras.applications.MobileNetV2(input_shape=(32, 32, 3), alpha=0.35, weights=None, classes=4)
+    # a gentle rate: batch-norm statistics are per replica (8 images each on 2), and at 0.02 with
+    # momentum the two runs' second epochs went apart (2.57 vs 1.21) although their first agreed
     model.compile(
-        optimizer=keras.optimizers.SGD(0.02, momentum=0.9),
+        optimizer=keras.optimizers.SGD(0.005, momentum=0.9),
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
     )

@@ -335,6 +335,10 @@ def test_parameter_servers_count_every_step():
 
 
 def test_predict_in_memory_keeps_the_input_order(reference):
+    import tfgpu.diagnose.advice
+    import tfgpu.predict.writers  # binds the subpackages as tfgpu.predict / tfgpu.diagnose
+
+    assert callable(tfgpu.predict) and callable(tfgpu.diagnose)  # whatever was imported first
     x = reference["x"][:203]  # not a multiple of the batch: the last batch is filled and cut
     expected = reference["model"].predict(x, batch_size=32, verbose=0)
     for replicas in (1, 3):
@@ -360,12 +364,13 @@ def test_real_models_on_two_replicas_track_keras_on_one_device():
     x, y = images()
     expected = mobilenet()
     start = expected.get_weights()
-    keras_history = expected.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    keras_history = expected.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0)
     model = in_scope(local_strategy(2), mobilenet)
     model.set_weights(start)
-    history = tfgpu.fit(model, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    assert np.all(np.isfinite(history.history["loss"]))
-    assert history.history["loss"] == pytest.approx(keras_history.history["loss"], rel=0.1)
+    history = tfgpu.fit(model, x, y, batch_size=16, epochs=3, shuffle=False, verbose=0)
+    ours, theirs = history.history["loss"], keras_history.history["loss"]
+    assert np.all(np.isfinite(ours)) and ours[-1] < ours[0] and theirs[-1] < theirs[0]  # both learn
+    assert ours == pytest.approx(theirs, rel=0.2)
 
     x, y = padded_text()
     expected = text_model()

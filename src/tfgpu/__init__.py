@@ -24,9 +24,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "evaluate": ("tfgpu.train.keras_fit", "evaluate"),
     "TrainOptions": ("tfgpu.train", "TrainOptions"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
-    "predict": ("tfgpu.predict", "predict"),
+    "predict": ("tfgpu.predict", None),  # the package, callable: tfgpu.predict(...) (callable_module)
     "estimator": ("tfgpu.estimator", None),
-    "diagnose": ("tfgpu.diagnose", "diagnose"),
+    "diagnose": ("tfgpu.diagnose", None),  # the package, callable: tfgpu.diagnose(...)
     "choices": ("tfgpu.choices", None),
     "TfgpuError": ("tfgpu.errors", "TfgpuError"),
     "ConfigError": ("tfgpu.errors", "ConfigError"),

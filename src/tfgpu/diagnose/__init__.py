@@ -15,6 +15,7 @@ from typing import Any
 
 from tfgpu import host
 from tfgpu import verdict as verdicts
+from tfgpu.callable_module import make_callable
 from tfgpu.diagnose import advice as advice_mod
 from tfgpu.diagnose import chain, judge, measure
 from tfgpu.diagnose.apply import tuned
@@ -318,3 +319,6 @@ def _on_gpu() -> bool:
     import tensorflow as tf
 
     return bool(tf.config.list_logical_devices("GPU"))
+
+
+make_callable(__name__, diagnose)  # tfgpu.diagnose(...) whatever was imported first (see callable_module)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tfgpu.callable_module import make_callable
 from tfgpu.predict.engine import PredictOptions, PredictResult
 from tfgpu.predict.engine import predict as predict_to_disk
 from tfgpu.predict.models import Predictor, load_predictor
@@ -36,3 +37,6 @@ __all__ = [
     "predict_to_disk",
     "read_output",
 ]
+
+
+make_callable(__name__, predict)  # tfgpu.predict(...) whatever was imported first (see callable_module)
