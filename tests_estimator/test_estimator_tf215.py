@@ -114,7 +114,7 @@ def test_predict_matches_estimator_predict_row_for_row(trained, tmp_path):
         atol=1e-6,
     )
     np.testing.assert_allclose(
-        np.stack(got["embedding"]), np.stack([e["embedding"] for e in expected]), rtol=1e-6
+        np.stack(got["embedding"]), np.stack([e["embedding"] for e in expected]), rtol=1e-6, atol=1e-6
     )
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["model"].startswith("Estimator ")
