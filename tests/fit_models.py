@@ -103,17 +103,15 @@ def custom_step_model() -> Any:
                 loss = 2.0 * self.compute_loss(x=x, y=y, y_pred=y_pred)
             grads = tape.gradient(loss, self.trainable_variables)
             self.optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
-            for metric in self.metrics:
-                if metric.name == "loss":
-                    metric.update_state(loss)
-                else:
-                    metric.update_state(y, y_pred)
-            return {m.name: m.result() for m in self.metrics}
+            return self.logged(loss, y, y_pred)
 
         def test_step(self, data: Any) -> Any:
             x, y = data
             y_pred = self(x, training=False)
             loss = 3.0 * self.compute_loss(x=x, y=y, y_pred=y_pred)  # a twist here too
+            return self.logged(loss, y, y_pred)
+
+        def logged(self, loss: Any, y: Any, y_pred: Any) -> Any:
             for metric in self.metrics:
                 if metric.name == "loss":
                     metric.update_state(loss)
