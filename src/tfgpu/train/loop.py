@@ -191,6 +191,8 @@ class Trainer:
     def _make_function(self, name: str) -> Any:
         if name == "skip":
             return execution.skip_batches()
+        if name == "metrics":
+            return execution.metrics_reader(self.model)
         return self._execution()
 
     def _execution(self) -> Callable[[Any, Any], dict[str, Any]]:
@@ -283,7 +285,6 @@ class Trainer:
             and self._counters == {"step": 0, "epoch": 0, "epoch_step": 0}
         ):
             self._counters["epoch"] = initial_epoch
-        self._validation = (validation_freq, validation_steps)
         callbacks = callback_setup.callback_list(
             self.task.callbacks,
             model=self.model,
@@ -301,12 +302,10 @@ class Trainer:
             while self._counters["epoch"] < (epochs if epochs is not None else float("inf")):
                 if steps is not None and self._counters["step"] >= steps:
                     break
-                if self._counters["epoch_step"] == 0:
-                    self.model.reset_metrics()
-                    callbacks.on_epoch_begin(self._counters["epoch"])
+                self._begin_epoch(callbacks)
                 if not self._train_epoch(run, steps, callbacks):
                     break
-                self._end_epoch(run, callbacks)
+                self._end_epoch(run, callbacks, validation=(validation_freq, validation_steps))
                 if self.model.stop_training:
                     break
         callbacks.on_train_end(run.history[-1] if run.history else None)
@@ -387,16 +386,24 @@ class Trainer:
                 fix="lower the batch size (tfgpu.find_batch_size(task) finds the largest that fits), or use precision='auto'",
             ) from None
 
+    def _begin_epoch(self, callbacks: Any) -> None:
+        """At an epoch's first step (not when resuming inside it): fresh metrics, the callbacks told."""
+        if self._counters["epoch_step"] == 0:
+            self.model.reset_metrics()
+            callbacks.on_epoch_begin(self._counters["epoch"])
+
     def _epoch_logs(self) -> dict[str, Any]:
         if self._last is not None:
             return pythonify(self._last["logs"])
-        return pythonify(execution.metrics_reader(self.model)())
+        return pythonify(self._function("metrics")())
 
-    def _end_epoch(self, run: RunLog, callbacks: Any) -> None:
+    def _end_epoch(self, run: RunLog, callbacks: Any, *, validation: tuple[Any, int | None] | None) -> None:
+        """The epoch's logs (and validation, when ``validation`` = (freq, steps) names this epoch)
+        into the history and the callbacks; the counters move to the next epoch."""
         epoch = self._counters["epoch"]
         logs = self._epoch_logs()
-        freq, limit = getattr(self, "_validation", (1, None))
-        if self._eval_source is not None and _should_validate(epoch, freq):
+        freq, limit = validation or (None, None)
+        if validation is not None and self._eval_source is not None and _should_validate(epoch, freq):
             val = self.evaluate(limit=limit, callbacks=callbacks)
             val.pop("examples", None)
             logs.update({f"val_{k}": v for k, v in val.items()})
@@ -455,9 +462,7 @@ class Trainer:
         callbacks.on_train_begin()
         with self._run_log(steps, callbacks) as run:
             while self._counters["step"] < steps and not self.model.stop_training:
-                if self._counters["epoch_step"] == 0:
-                    self.model.reset_metrics()
-                    callbacks.on_epoch_begin(self._counters["epoch"])
+                self._begin_epoch(callbacks)
                 window = Window(self._counters["epoch"], self._counters["step"], workers=workers)
                 todo = self._to_boundary(steps, per_epoch or None)  # one window, in executions of K
                 chunks = [
@@ -472,12 +477,7 @@ class Trainer:
                 self._advance(todo)
                 run.close(window)
                 if per_epoch and self._counters["epoch_step"] >= per_epoch:
-                    logs = self._epoch_logs()
-                    run.end_epoch(self._counters["epoch"], logs)
-                    callbacks.on_epoch_end(self._counters["epoch"], logs)
-                    self._last = None
-                    self._counters["epoch"] += 1
-                    self._counters["epoch_step"] = 0
+                    self._end_epoch(run, callbacks, validation=None)  # no validation under PS yet
         callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
 
