@@ -45,3 +45,19 @@ def in_graph_loop(
 
     done, _, wait, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), first, first_wait, state))
     return {"steps": done, "wait": wait, "first_wait": first_wait, "state": state}
+
+
+def local_rows(strategy: Any, value: Any) -> Any:
+    """Every local replica's rows of one (distributed) value in one tensor, in replica order:
+    each replica's slice of a global batch is contiguous, so this keeps the input order."""
+    import tensorflow as tf
+
+    parts = strategy.experimental_local_results(value)
+    return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+
+
+def growing_array(dtype: Any, shape: Any) -> Any:
+    """A TensorArray collecting batches of ``shape`` (first dimension free), concatenated at the end."""
+    import tensorflow as tf
+
+    return tf.TensorArray(dtype, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, *shape[1:]]))

@@ -421,28 +421,22 @@ def _run(
     """
     import tensorflow as tf
 
-    from tfgpu.ingraph import in_graph_loop
-
-    def local(value: Any) -> Any:  # every replica's rows of one batch, in one tensor
-        parts = strategy.experimental_local_results(value)
-        return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+    from tfgpu.ingraph import growing_array, in_graph_loop, local_rows
 
     def body(batch: Any, arrays: Any, index: Any) -> Any:
         ids, features = batch
         out_ids, out = strategy.run(lambda i, f: (i, predictor.call(f)), args=(ids, features))
         ids_array, out_arrays = arrays
-        return ids_array.write(index, local(out_ids)), {
-            k: a.write(index, local(out[k])) for k, a in out_arrays.items()
+        return ids_array.write(index, local_rows(strategy, out_ids)), {
+            k: a.write(index, local_rows(strategy, out[k])) for k, a in out_arrays.items()
         }
-
-    def empty(dtype: Any, shape: Any) -> Any:
-        return tf.TensorArray(
-            dtype, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, *shape[1:]])
-        )
 
     @tf.function(autograph=False)
     def call() -> Any:  # the iterator is captured: no per-call argument matching
-        arrays = (empty(tf.int64, [None]), {k: empty(v.dtype, v.shape) for k, v in outputs.items()})
+        arrays = (
+            growing_array(tf.int64, [None]),
+            {k: growing_array(v.dtype, v.shape) for k, v in outputs.items()},
+        )
         out = in_graph_loop(iterator, per_call, body, arrays)
         ids_array, out_arrays = out["state"]
         return out["steps"], ids_array.concat(), {k: a.concat() for k, a in out_arrays.items()}

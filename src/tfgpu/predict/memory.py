@@ -125,30 +125,26 @@ def _compiled(strategy: Any, model: Any, iterator: Any, *, per_call: int, spec: 
     import tensorflow as tf
     from keras.src.backend import compute_output_spec  # what Keras's own symbolic build uses
 
-    from tfgpu.ingraph import in_graph_loop
+    from tfgpu.ingraph import growing_array, in_graph_loop, local_rows
 
     outputs = compute_output_spec(
         model, tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec), training=False
     )
 
-    def local(value: Any) -> Any:  # every replica's rows of one batch, in replica order
-        parts = strategy.experimental_local_results(value)
-        return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
-
     def body(batch: Any, arrays: Any, index: Any) -> Any:
         out = strategy.run(model.predict_step, args=((batch,),))
-        return tf.nest.map_structure(lambda a, o: a.write(index, local(o)), arrays, out)
-
-    def empty(leaf: Any) -> Any:
-        return tf.TensorArray(
-            leaf.dtype, size=0, dynamic_size=True, element_shape=tf.TensorShape([None, *leaf.shape[1:]])
-        )
+        return tf.nest.map_structure(lambda a, o: a.write(index, local_rows(strategy, o)), arrays, out)
 
     limit = tf.constant(per_call, tf.int32)
 
     @tf.function(autograph=False)
     def call() -> Any:  # the iterator is captured: no per-call argument matching
-        out = in_graph_loop(iterator, limit, body, tf.nest.map_structure(empty, outputs))
+        out = in_graph_loop(
+            iterator,
+            limit,
+            body,
+            tf.nest.map_structure(lambda leaf: growing_array(leaf.dtype, leaf.shape), outputs),
+        )
         return out["steps"], tf.nest.map_structure(lambda a: a.concat(), out["state"])
 
     return call
