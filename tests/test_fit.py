@@ -167,6 +167,43 @@ def test_a_tf_data_dataset_of_global_batches(reference):
         history = tfgpu.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(48), epochs=2, verbose=0)
         same_history(history.history, keras_history.history)
         same_weights(model.get_weights(), expected.get_weights())
+    # an infinite dataset, then a finite one, on the same model and replicas: the compiled loop
+    # traced for the first must still see the end of the second (TF's distributed iterator
+    # drops its end-of-data check for infinite datasets; its type spec does not say so)
+    model = in_scope(local_strategy(2), binary_model)
+    endless = tf.data.Dataset.from_tensor_slices((x, y)).batch(48).repeat()
+    tfgpu.fit(model, endless, epochs=1, steps_per_epoch=4, verbose=0)
+    again = tfgpu.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(48), epochs=2, verbose=0)
+    assert [result["steps"] for result in again.train_result.history] == [16, 16]
+
+
+def test_warm_up_is_reported_apart_from_the_steady_state(reference):
+    """Issue 25: the first call (tracing), each epoch's first fetch and the epoch that fills a
+    cache are warm-up, reported on their own; the verdict and examples/s are the steady state's,
+    or say that the run had none."""
+    x, y = reference["x"][:768], reference["y"][:768]
+
+    def batches():
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(48)  # 16 steps an epoch
+
+    result = tfgpu.fit(binary_model(), batches().cache(), epochs=3, verbose=0).train_result
+    (filled,) = result.warm_up["epochs"]
+    assert filled["epoch"] == 1 and filled["why"] == "filled the cache" and filled["steps"] > 0
+    assert result.warm_up["tracing_s"] > 0 and result.warm_up["first_fetches"] >= 1
+    assert result.steady["epochs"] == [2, 3] and result.steady["steps"] == 32
+    assert result.examples_per_s == pytest.approx(result.steady["examples_per_s"], rel=1e-3)
+    assert result.sentence().endswith("(steady state, epochs 2-3)")
+    summary = result.to_dict()
+    assert (
+        summary["verdict"] == result.sentence() and "epoch 1 filled the cache" in summary["warm_up_summary"]
+    )
+    # one epoch, and it fills the cache: no steady state, and the verdict says so
+    short = tfgpu.fit(binary_model(), batches().cache(), epochs=1, verbose=0).train_result
+    assert short.steady is None and "no steady state" in short.sentence()
+    # no cache: every epoch is steady state, past the first call (4 of epoch 1's 16 steps)
+    plain = tfgpu.fit(binary_model(), batches(), epochs=2, verbose=0, steps_per_execution=4).train_result
+    assert plain.warm_up["epochs"] == [] and plain.steady["epochs"] == [1, 2]
+    assert plain.steady["steps"] == 28
 
 
 def test_batch_callbacks_once_per_execution_as_keras(reference):

@@ -14,8 +14,9 @@ returns, as device tensors the host reads once per log window:
   replicas reported a non-finite loss, or -1; checked on the replicas' local results (the running
   loss, which stays non-finite once it is), so the check costs no communication and no
   device-to-host copy per step;
-- ``wait`` / ``first_wait``: seconds spent in ``get_next`` (host timestamps taken in the graph
-  around it), all of them and the first one, which at the start of an epoch is start-up cost;
+- ``wait`` / ``first_wait``: seconds a step waited for its batch (host timestamps taken in the
+  graph, ``ingraph.in_graph_loop``), all of them and the first one, which at the start of an epoch
+  is start-up cost;
 - ``examples``: the rows this worker's replicas trained on (batch shapes, no device work).
 """
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from tfgpu import host
 from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.ingraph import bounded
 
 
 def is_arrays(source: Any) -> bool:
@@ -109,6 +110,7 @@ class Input:
         self._weigh = _class_weights(task.class_weight) if training and task.class_weight else None
         self._built: Any = None
         self._built_epoch: int | None = None
+        self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self._arrays_given = is_arrays(source)
         if self._arrays_given:
@@ -185,8 +187,8 @@ class Input:
 
         if self.is_dataset:
             dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
-            self.element_spec = dataset.element_spec
-            return dataset if self.direct else self.strategy.experimental_distribute_dataset(dataset)
+            self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
+            return dataset if self.direct else self.strategy.experimental_distribute_dataset(bounded(dataset))
         make = self._per_worker(epoch)
         if self.direct:
             return make(tf.distribute.InputContext())
@@ -199,8 +201,8 @@ class Input:
 
         def make(ctx: Any) -> Any:
             dataset = made(ctx)
-            self.element_spec = dataset.element_spec
-            return dataset
+            self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
+            return bounded(dataset)
 
         def made(ctx: Any) -> Any:
             per_replica = ctx.get_per_replica_batch_size(self.global_batch)
@@ -264,6 +266,16 @@ class Input:
 
 
 CHUNK_BYTES = 8 << 20
+
+
+def has_cache(dataset: Any) -> bool:
+    """Whether a ``cache()`` stage is in the dataset's chain (its first pass fills it)."""
+    node = dataset
+    while node is not None:
+        if "Cache" in type(node).__name__:
+            return True
+        node = getattr(node, "_input_dataset", None)
+    return False
 
 
 def _check_dataset(dataset: Any, fn: Any, *, training: bool) -> None:
