@@ -161,10 +161,13 @@ def run(args: argparse.Namespace) -> int:
         out.print(
             "  " + "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items())
         )
+    rate = "steady-state examples/s" if result.steady else "examples/s"
     out.print(
         f"trained {result.steps} steps x {result.global_batch} examples in {result.seconds:.1f} s: "
-        f"{result.examples_per_s:,.0f} examples/s; {result.verdict.sentence()}"
+        f"{result.examples_per_s:,.0f} {rate}; {result.sentence()}"
     )
+    if result.warm_up_sentence():
+        out.print(f"warm-up, not in the figures above: {result.warm_up_sentence()}")
     if result.final_checkpoint:
         out.print(f"checkpoint: {result.final_checkpoint}")
     return 0

@@ -125,11 +125,31 @@ def training_section(training: dict[str, Any]) -> Section:
         verdict=training["verdict"],
         images=images,
         tables=[(["epoch", "loss", "eval loss", "eval accuracy"], rows)] if rows else [],
-        paragraphs=[
-            f"{training['steps']} steps, global batch {training['global_batch']} on {training['replicas']} replicas, "
-            f"{training['examples_per_s']:,.0f} examples/s, input wait {training['input_wait_fraction']:.1%} of step time."
-        ],
+        paragraphs=[_training_figures(training)],
     )
+
+
+def _training_figures(training: dict[str, Any]) -> str:
+    """The steady state's figures, and warm-up on its own (older recorded runs have neither)."""
+    said = f"{training['steps']} steps, global batch {training['global_batch']} on {training['replicas']} replicas"
+    steady = training.get("steady")
+    if steady:
+        said += (
+            f"; steady state (epochs {steady['epochs'][0]}-{steady['epochs'][-1]}, {steady['steps']} steps): "
+            f"{steady['examples_per_s']:,.0f} examples/s, input wait {steady['input_wait_fraction']:.1%} of step time"
+        )
+    else:
+        said += (
+            f": {training['examples_per_s']:,.0f} examples/s, input wait {training['input_wait_fraction']:.1%} "
+            "of step time" + ("; no steady state: the run was too short" if "steady" in training else "")
+        )
+    if training.get("warm_up_summary"):
+        said += f". Warm-up, not in those figures: {training['warm_up_summary']}"
+    if training.get("overall_examples_per_s"):
+        said += (
+            f". Over the whole run, warm-up included: {training['overall_examples_per_s']:,.0f} examples/s"
+        )
+    return said + "."
 
 
 def prediction_section(

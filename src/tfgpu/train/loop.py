@@ -316,6 +316,8 @@ class Trainer:
         epoch = self._counters["epoch"]
         source = self._inputs["train"]
         iterator, skip = source.iterator(epoch, self._counters["epoch_step"])
+        if source.caches and not run.trained_any:  # this pass reads the source and fills the cache
+            run.warm_epoch(epoch, "filled the cache")
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
             self._function("skip")(iterator, self._constant(skip))
         ended = False

@@ -99,6 +99,31 @@ class TrainResult:
     gpu_utilization: list[dict[str, Any]] = field(default_factory=list)
     final_checkpoint: str | None = None
     resumed_from: str | None = None
+    overall_examples_per_s: float = 0.0  # everything: tracing, first fetches, warm epochs
+    steady: dict[str, Any] | None = None  # the steady state's figures; None: too short to have one
+    warm_up: dict[str, Any] = field(default_factory=dict)  # tracing, first fetches, warm epochs
+
+    def sentence(self) -> str:
+        """The verdict, saying what it covers: the steady state, or everything when there is none."""
+        if self.steady is None:
+            return f"{self.verdict.sentence()} (no steady state: the run was too short, warm-up included)"
+        epochs = self.steady["epochs"]
+        span = f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
+        return f"{self.verdict.sentence()} (steady state, {span})"
+
+    def warm_up_sentence(self) -> str:
+        """Warm-up, on its own: what it cost and what an epoch that filled a cache looked like."""
+        w = self.warm_up or {}
+        parts = []
+        if w.get("tracing_s"):
+            parts.append(f"first call (tracing) {w['tracing_s']:.1f} s")
+        if w.get("first_fetches"):
+            parts.append(f"{w['first_fetches']} epoch starts {w['first_fetch_s']:.2f} s")
+        for e in w.get("epochs", []):
+            parts.append(
+                f"epoch {e['epoch']} {e['why']}: {e['input_wait_fraction']:.0%} waiting, {e['examples_per_s']:,.0f} examples/s"
+            )
+        return "; ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,7 +136,11 @@ class TrainResult:
             "input_wait_fraction": round(self.input_wait_fraction, 4),
             "bottleneck": self.verdict.bottleneck,
             "input_bound": self.verdict.input_bound,
-            "verdict": self.verdict.sentence(),
+            "verdict": self.sentence(),
+            "overall_examples_per_s": round(self.overall_examples_per_s, 1),
+            "steady": self.steady,
+            "warm_up": self.warm_up,
+            "warm_up_summary": self.warm_up_sentence(),
             "history": self.history,
             "timeline": self.timeline,
             "gpu_utilization": self.gpu_utilization,

@@ -155,13 +155,18 @@ class RunLog:
         self.history: list[dict[str, Any]] = []
         self.timeline: list[dict[str, float]] = []
         self.examples = 0
-        self.wait = self.wall = 0.0  # steady state: start-up costs left out
-        self.raw_wait = self.raw_wall = 0.0
+        self.raw_wait = self.raw_wall = 0.0  # everything, start-up costs included
         self.epoch_steps = 0
         self.logs: dict[str, Any] = {}  # the last window's
         self.started = time.perf_counter()
         self.writer = _summary_writer(options.log_dir) if is_chief else None
         self.monitor = Monitor() if options.monitor_gpus else None
+        # warm-up, apart from the steady state: the first call (tracing), each epoch's first fetch,
+        # and epochs marked warm (one that fills a cache)
+        self.tracing_s = 0.0
+        self.first_fetches: list[float] = []
+        self.warm_epochs: dict[int, str] = {}
+        self.epochs: dict[int, Span] = {}  # timed figures per epoch
 
     def __enter__(self) -> RunLog:
         if self.monitor:
@@ -182,12 +187,21 @@ class RunLog:
         self.examples += figures.examples
         self.raw_wait += figures.raw_wait
         self.raw_wall += figures.raw_wall
+        if window.warm_up is not None:
+            self.tracing_s += window.warm_up[0]
+        if window.startup_wait:
+            self.first_fetches.append(window.startup_wait)
         if figures.timed_steps:
-            self.wait += figures.wait
-            self.wall += figures.wall
-            examples, wall, wait = figures.timed_examples, figures.wall, figures.wait
+            steps, examples, wall, wait = (
+                figures.timed_steps,
+                figures.timed_examples,
+                figures.wall,
+                figures.wait,
+            )
         else:  # a window that was all start-up: its point shows it as it was
-            examples, wall, wait = figures.examples, figures.raw_wall, figures.raw_wait
+            steps, examples, wall, wait = figures.steps, figures.examples, figures.raw_wall, figures.raw_wait
+        if figures.timed_steps or window.epoch in self.warm_epochs:  # steady state: timed steps only
+            self.epochs.setdefault(window.epoch, Span()).add(steps, examples, wall, wait)
         self.epoch_steps += figures.steps
         self.logs = figures.logs
         step = window.last_step
@@ -198,6 +212,7 @@ class RunLog:
             "loss": figures.loss,
             "examples_per_s": round(rate, 2),
             "input_wait": round(_share(wait, wall), 4),
+            "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
         }
         self.timeline.append(point)
         if self.writer is not None:
@@ -222,23 +237,56 @@ class RunLog:
         self.history.append({"epoch": epoch + 1, "steps": self.epoch_steps, **logs})
         self.epoch_steps = 0
 
+    def warm_epoch(self, epoch: int, why: str) -> None:
+        """Count ``epoch`` as warm-up, not steady state (``why``: e.g. "filled the cache")."""
+        self.warm_epochs[epoch] = why
+
+    @property
+    def trained_any(self) -> bool:
+        return bool(self.epochs) or bool(self.history)
+
+    def steady(self) -> Span:
+        """The steady state: every epoch not marked warm, start-up costs left out."""
+        total = Span()
+        for epoch, span in self.epochs.items():
+            if epoch not in self.warm_epochs:
+                total.merge(span)
+        return total
+
     @property
     def wait_fraction(self) -> float:
-        """Input wait over the steady state; over everything when the run was all start-up."""
-        return _share(self.wait, self.wall) if self.wall > 0 else _share(self.raw_wait, self.raw_wall)
+        """Input wait over the steady state so far; over everything while there is none."""
+        steady = self.steady()
+        return steady.wait_fraction if steady.wall > 0 else _share(self.raw_wait, self.raw_wall)
+
+    def warm_up(self) -> dict[str, Any]:
+        epochs = [
+            {"epoch": epoch + 1, "why": why, **self.epochs[epoch].to_dict()}
+            for epoch, why in sorted(self.warm_epochs.items())
+            if epoch in self.epochs
+        ]
+        return {
+            "tracing_s": round(self.tracing_s, 3),
+            "first_fetches": len(self.first_fetches),
+            "first_fetch_s": round(sum(self.first_fetches), 4),
+            "epochs": epochs,
+        }
 
     def result(
         self, *, steps: int, epochs: int, replicas: int, final: str | None, resumed: str | None
     ) -> TrainResult:
         elapsed = time.perf_counter() - self.started
-        share = self.wait_fraction
+        steady = self.steady()
+        has_steady = steady.steps >= MIN_STEADY_STEPS
+        share = steady.wait_fraction if has_steady else _share(self.raw_wait, self.raw_wall)
+        overall = self.examples / max(elapsed, 1e-9)
         return TrainResult(
             steps=steps,
             epochs=epochs,
             global_batch=self.global_batch,
             replicas=replicas,
             seconds=elapsed,
-            examples_per_s=self.examples / max(elapsed, 1e-9),
+            examples_per_s=steady.examples_per_s if has_steady else overall,
             input_wait_fraction=share,
             verdict=verdict.verdict(input_wait_fraction=share),
             history=self.history,
@@ -246,7 +294,52 @@ class RunLog:
             gpu_utilization=self.monitor.to_list() if self.monitor else [],
             final_checkpoint=final,
             resumed_from=resumed,
+            overall_examples_per_s=overall,
+            steady=steady.to_dict(epochs=sorted(e + 1 for e in self.epochs if e not in self.warm_epochs))
+            if has_steady
+            else None,
+            warm_up=self.warm_up(),
         )
+
+
+MIN_STEADY_STEPS = 8  # fewer timed steps outside warm-up are not called a steady state
+
+
+@dataclass
+class Span:
+    """Timed steps, examples, seconds and input-wait seconds (start-up costs left out)."""
+
+    steps: int = 0
+    examples: float = 0.0
+    wall: float = 0.0
+    wait: float = 0.0
+
+    def add(self, steps: int, examples: float, wall: float, wait: float) -> None:
+        self.steps += steps
+        self.examples += examples
+        self.wall += wall
+        self.wait += wait
+
+    def merge(self, other: Span) -> None:
+        self.add(other.steps, other.examples, other.wall, other.wait)
+
+    @property
+    def wait_fraction(self) -> float:
+        return _share(self.wait, self.wall)
+
+    @property
+    def examples_per_s(self) -> float:
+        return self.examples / max(self.wall, 1e-9)
+
+    def to_dict(self, *, epochs: list[int] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {"epochs": epochs} if epochs is not None else {}
+        return {
+            **out,
+            "steps": self.steps,
+            "seconds": round(self.wall, 3),
+            "examples_per_s": round(self.examples_per_s, 1),
+            "input_wait_fraction": round(self.wait_fraction, 4),
+        }
 
 
 def _summary_writer(log_dir: str | None) -> Any:
