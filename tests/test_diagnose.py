@@ -17,10 +17,10 @@ from tfgpu.errors import ConfigError
 INPUTS = str(Path(__file__).parent / "diagnose_inputs.py")
 
 
-def run(workload, **kw):
+def run(workload, *, model=None, **kw):
     return diagnose(
         workload.build(),
-        model=workload.model() if workload.model else None,
+        model=model or (workload.model() if workload.model else None),
         step_time_s=workload.step_time_s,
         target_rate=workload.target_rate,
         steps=kw.pop("steps", 25),
@@ -68,12 +68,40 @@ def test_apply_measures_the_gain_of_parallelizing():
     assert result.applied["device_utilization"] > result.device_utilization
 
 
-def test_model_device_reports_layers():
-    result = run(workloads.by_name("tiny-step"))
+def test_a_dispatch_bound_step_is_advised_steps_per_execution_with_its_measured_gain():
+    """Issue 25: the gain is the Trainer's execution at K steps per call over one per call, with
+    the input attached; the overhead figure is the step's own, the same in a second diagnosis."""
+    workload = workloads.by_name("tiny-step")
+    model = workload.model()
+    before = [w.copy() for w in model.get_weights()]
+    result = run(workload, model=model)
     assert [layer["name"] for layer in result.layers] and abs(
         sum(layer["share"] for layer in result.layers) - 1.0
     ) < 0.01
     assert result.verdict.bottleneck == "host"
+    step = result.to_dict()["step"]
+    assert step["steps_per_call"] == 8 and step["overhead"] >= 0.15
+    assert step["overhead_spread"][0] <= step["overhead"] <= step["overhead_spread"][1]
+    kinds = {a.kind: a for a in result.advice}
+    spe = kinds["steps-per-execution"]
+    assert spe.measured_speedup == spe.estimated_speedup and spe.measured_speedup >= 1.5
+    assert kinds["increase-batch-size"].measured_speedup is not None
+    assert result.verdict.host_overhead_fraction == pytest.approx(step["overhead"], abs=1e-4)
+    # the step is measured once per model: a second diagnosis (another pipeline) shows the same figure
+    again = diagnose(workload.build().map(lambda x, y: (x * 2.0, y)), model=model, steps=10, warmup=2)
+    assert again.to_dict()["step"] == step
+    # diagnose trained the model on synthetic and real batches, and put it back as it was
+    assert all((a == b).all() for a, b in zip(before, model.get_weights(), strict=True))
+
+
+def test_a_fixed_cost_step_is_not_advised_steps_per_execution():
+    """Issue 25: a step that does not grow with the batch because of work in the graph (not host
+    dispatch): K steps per call save almost nothing, and a larger batch is the measured fix."""
+    result = run(workloads.by_name("fixed-cost-step"))
+    assert result.verdict.bottleneck == "device", result.decided_by
+    assert result.advice[0].kind == "increase-batch-size" and result.advice[0].measured_speedup > 2
+    spe = [a for a in result.advice if a.kind == "steps-per-execution"]
+    assert not spe or spe[0].measured_speedup < 1.5  # if offered at all, at what was measured
 
 
 def test_chain_walk_finds_what_matters():
@@ -286,23 +314,23 @@ def test_the_verdict_follows_from_its_figures_and_repeats():
         return TogetherRun(examples_per_s=rate, input_wait_fraction=wait, host_overhead_fraction=overhead)
 
     # no prefetch: input and device take turns, the wait is real even with a fast pipeline
-    turns = judge.judge_round(
-        together(0.08, 900), pipeline_rate=3000, device_rate=1000, half_step_share=None, prefetched=False
-    )
+    turns = judge.judge_round(together(0.08, 900), pipeline_rate=3000, device_rate=1000, prefetched=False)
     assert turns.verdict.input_bound == "moderately" and "input wait 8%" in turns.decided_by
-    # prefetched and twice as fast: the waits are per-step fetch cost
+    # prefetched and twice as fast: the waits are per-step fetch cost; a step's own measured
+    # overhead stays as measured (the same step gets the same figure with any pipeline)
     fetch = judge.judge_round(
-        together(0.08, 900), pipeline_rate=3000, device_rate=1000, half_step_share=0.9, prefetched=True
-    )
+        together(0.08, 900), pipeline_rate=3000, device_rate=1000, prefetched=True,
+        overhead=0.3, overhead_why="the step took 1 ms one per call and 0.7 ms with 8 per call",
+    )  # fmt: skip
     assert fetch.verdict.input_bound == "no" and fetch.verdict.bottleneck == "host"
-    assert (
-        "a step on half the batch took 90% as long" in fetch.decided_by
-        and "per-step fetch cost" in fetch.decided_by
+    assert fetch.overhead == 0.3 and "0.7 ms with 8 per call" in fetch.decided_by
+    assert "per-step fetch cost" in fetch.decided_by
+    unmeasured = judge.judge_round(
+        together(0.08, 900, 0.1), pipeline_rate=3000, device_rate=1000, prefetched=True
     )
+    assert unmeasured.overhead == pytest.approx(0.18)  # the loop's leftover time and the fetch cost
     # the device ran at its own rate with the input attached: the waits cost nothing
-    fed = judge.judge_round(
-        together(0.08, 990), pipeline_rate=1500, device_rate=1000, half_step_share=None, prefetched=True
-    )
+    fed = judge.judge_round(together(0.08, 990), pipeline_rate=1500, device_rate=1000, prefetched=True)
     assert fed.verdict.input_bound == "no" and "ran at 99% of its own rate" in fed.decided_by
     rounds = iter([turns, fed, turns])
     agreed = judge.judge(lambda: next(rounds))
@@ -319,6 +347,12 @@ def test_the_verdict_follows_from_its_figures_and_repeats():
     )  # fmt: skip
     items = advice.advise(facts)
     assert [a.kind for a in items] == ["none"] and "prefetch" in items[0].detail
+    # without a model the step advice is an estimate, marked so, and no more than the device alone gives
+    loop = dataclasses.replace(facts, input_bound="no", host_overhead=0.9, together_rate=800)
+    estimated = {a.kind: a for a in advice.advise(loop)}
+    assert estimated["steps-per-execution"].measured_speedup is None
+    assert estimated["steps-per-execution"].estimated_speedup == pytest.approx(1000 / 800)
+    assert "estimated, not measured" in estimated["increase-batch-size"].detail
 
 
 def test_more_input_workers_says_how_many_hosts():

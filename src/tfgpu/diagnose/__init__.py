@@ -10,6 +10,7 @@ change results (tf.data options, prefetch) and measures again.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,7 @@ class Diagnosis:
     decided_by: str = ""  # the figures and cut-offs the verdict follows from
     certain: bool = True  # False: repeated runs disagreed, the median figures decided
     spread: dict[str, list[float]] = field(default_factory=dict)  # [min, max] over the runs
+    step: dict[str, Any] | None = None  # a real model's StepProfile: the step on the device alone
 
     @property
     def cores_needed(self) -> float:
@@ -75,6 +77,7 @@ class Diagnosis:
                 {k: v for k, v in s.items() if k in ("name", "kind", "examples_per_s", "share", "detail")}
                 for s in self.stages
             ],
+            "step": self.step,
             "layers": self.layers,
             "advice": [a.to_dict() for a in self.advice],
             "applied": self.applied,
@@ -146,6 +149,23 @@ def element_spec(dataset: Any) -> Any:
     return tf.nest.map_structure(lambda t: tf.TensorSpec([None, *t.shape[1:]], t.dtype), first)
 
 
+def _shaped(dataset: Any) -> Any:
+    """``dataset`` with the shapes ``element_spec`` found, where TensorFlow did not know them: a
+    compiled step needs at least their rank."""
+    import tensorflow as tf
+
+    spec = element_spec(dataset)
+    if spec == dataset.element_spec:
+        return dataset
+
+    def fix(*element: Any) -> Any:
+        return tf.nest.map_structure(
+            lambda t, s: tf.ensure_shape(t, s.shape), element[0] if len(element) == 1 else element, spec
+        )
+
+    return dataset.map(fix)
+
+
 def _fits_in_memory(dataset: Any, spec: Any, batch: int) -> bool:
     """Whether the (finite) dataset's elements fit in a quarter of the available memory."""
     import numpy as np
@@ -194,22 +214,53 @@ def diagnose(
         else RateDevice(target_rate, batch)
     )
     spec = element_spec(dataset)
-    device_step = device.step_seconds(spec, batch)
-    device_rate = batch / device_step
-    half_share = None
+    with device.session(spec):
+        result = _measured(dataset, device, run, spec, steps=steps, warmup=warmup)
+        if apply:
+            _apply(result, dataset, device, run, steps=steps, warmup=warmup, service_workers=service_workers)
+    return result
+
+
+def _together(
+    dataset: Any, device: Any, *, steps: int, warmup: int, device_step: float, per_call: int = 1
+) -> Any:
+    """Input and device together: a model as the Trainer runs it, a simulated device in a loop."""
     if isinstance(device, ModelDevice):
-        half_share = device.step_seconds(spec, max(1, batch // 2)) / device_step
-    judgement = judge.judge(
-        lambda: judge.judge_round(
-            measure.together(dataset, device, steps=steps, warmup=warmup, device_step_s=device_step),
+        return measure.together_in_graph(
+            _shaped(dataset), device, steps=steps, warmup=warmup, per_call=per_call
+        )
+    return measure.together(dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
+
+
+def _measured(dataset: Any, device: Any, run: Any, spec: Any, *, steps: int, warmup: int) -> Diagnosis:
+    batch = run.batch_size
+    step = device.profile(spec, batch, sample=run.sample) if isinstance(device, ModelDevice) else None
+    device_step = step.per_call_s if step else device.step_seconds(spec, batch)
+    device_rate = batch / device_step
+    prefetched = chain.prefetch_at_end(chain.walk(dataset))
+    # K steps per call with the input attached, run right after each one-per-call run
+    loop = step is not None and step.steps_per_call_speedup >= advice_mod.MIN_GAIN
+
+    def measure_round() -> judge.Round:
+        together = _together(dataset, device, steps=steps, warmup=warmup, device_step=device_step)
+        found = judge.judge_round(
+            together,
             pipeline_rate=run.examples_per_s,
             device_rate=device_rate,
-            half_step_share=half_share,
-            prefetched=chain.prefetch_at_end(chain.walk(dataset)),
+            prefetched=prefetched,
+            overhead=None if step is None else step.overhead,
+            overhead_why="" if step is None else _overhead_why(step),
         )
-    )
+        if not loop:
+            return found
+        k = step.steps_per_call
+        looped = _together(
+            dataset, device, steps=max(steps, 3 * k), warmup=warmup, device_step=device_step, per_call=k
+        )
+        return dataclasses.replace(found, in_loop_gain=looped.examples_per_s / together.examples_per_s)
+
+    judgement = judge.judge(measure_round)
     chosen = judgement.chosen
-    found, host_overhead = chosen.verdict, chosen.overhead
     stages = _stage_table(chain.walk(dataset), elements=steps * batch, warmup=warmup)
     facts = advice_mod.Facts(
         pipeline_rate=run.examples_per_s,
@@ -218,16 +269,17 @@ def diagnose(
         cores=host.cores(),
         cpu_s_per_example=run.cpu_s_per_example,
         stages=stages,
-        prefetch_at_end=chain.prefetch_at_end(chain.walk(dataset)),
-        input_bound=found.input_bound,
-        host_overhead=host_overhead,
+        prefetch_at_end=prefetched,
+        input_bound=chosen.verdict.input_bound,
+        host_overhead=chosen.overhead,
         deterministic_prefix_share=_deterministic_prefix_share(stages),
         fits_in_memory=_fits_in_memory(dataset, spec, batch),
         gpu_model=isinstance(device, ModelDevice) and _on_gpu(),
+        step=step,
+        steps_per_call_gain=chosen.in_loop_gain,
     )
-    items = advice_mod.advise(facts)
-    result = Diagnosis(
-        verdict=found,
+    return Diagnosis(
+        verdict=chosen.verdict,
         pipeline_examples_per_s=run.examples_per_s,
         device_examples_per_s=device_rate,
         together_examples_per_s=chosen.together_rate,
@@ -236,34 +288,48 @@ def diagnose(
         batch_size=batch,
         device=device.description,
         stages=stages,
-        advice=items,
+        advice=advice_mod.advise(facts),
         layers=device.layer_shares(spec, batch) if isinstance(device, ModelDevice) else [],
         timeline=chosen.run.steps,
         decided_by=chosen.decided_by,
         certain=judgement.certain,
         spread=judgement.spread(),
+        step=None if step is None else step.to_dict(),
     )
-    if apply:
-        tuned_dataset, changes = tuned(dataset)
-        again = measure.together(tuned_dataset, device, steps=steps, warmup=warmup, device_step_s=device_step)
-        gain = again.examples_per_s / max(chosen.together_rate, 1e-9)
-        for item in items:
-            if item.kind in ("parallelize-map", "prefetch", "parallel-read"):
-                item.measured_speedup = gain
-        result.applied = {
-            "changes": changes,
-            "examples_per_s": round(again.examples_per_s, 1),
-            "input_wait_fraction": round(again.input_wait_fraction, 4),
-            "measured_speedup": round(gain, 3),
-            "device_utilization": round(min(1.0, again.examples_per_s / device_rate), 4),
-            "timeline": again.steps,
-        }
-        if service_workers:
-            result.applied["service"] = _through_service(
-                tuned_dataset, stages, device, items, workers=service_workers, steps=steps, warmup=warmup,
-                device_step=device_step, baseline=chosen.together_rate,
-            )  # fmt: skip
-    return result
+
+
+def _overhead_why(step: Any) -> str:
+    low, high = step.overhead_spread
+    return (
+        f"the step took {step.per_call_s * 1000:.3g} ms one per call and {step.in_loop_s * 1000:.3g} ms "
+        f"with {step.steps_per_call} per call (median of {step.rounds} rounds; overhead {low:.0%}-{high:.0%})"
+    )
+
+
+def _apply(
+    result: Diagnosis, dataset: Any, device: Any, run: Any, *, steps: int, warmup: int, service_workers: int
+) -> None:
+    """Measure the tuned pipeline again (and through a local tf.data service); record the gains."""
+    device_step = result.batch_size / result.device_examples_per_s
+    tuned_dataset, changes = tuned(dataset)
+    again = _together(tuned_dataset, device, steps=steps, warmup=warmup, device_step=device_step)
+    gain = again.examples_per_s / max(result.together_examples_per_s, 1e-9)
+    for item in result.advice:
+        if item.kind in ("parallelize-map", "prefetch", "parallel-read"):
+            item.measured_speedup = gain
+    result.applied = {
+        "changes": changes,
+        "examples_per_s": round(again.examples_per_s, 1),
+        "input_wait_fraction": round(again.input_wait_fraction, 4),
+        "measured_speedup": round(gain, 3),
+        "device_utilization": round(min(1.0, again.examples_per_s / result.device_examples_per_s), 4),
+        "timeline": again.steps,
+    }
+    if service_workers:
+        result.applied["service"] = _through_service(
+            tuned_dataset, result.stages, device, result.advice, workers=service_workers, steps=steps,
+            warmup=warmup, device_step=device_step, baseline=result.together_examples_per_s,
+        )  # fmt: skip
 
 
 def _through_service(
@@ -302,7 +368,7 @@ def _through_service(
                 compression=None,
             )
         ).prefetch(tf.data.AUTOTUNE)
-        run = measure.together(served, device, steps=steps, warmup=warmup, device_step_s=device_step)
+        run = _together(served, device, steps=steps, warmup=warmup, device_step=device_step)
     gain = run.examples_per_s / max(baseline, 1e-9)
     for item in items:
         if item.kind == "more-input-workers":

@@ -63,6 +63,8 @@ class Facts:
     deterministic_prefix_share: float  # share of pipeline time before the first random stage
     fits_in_memory: bool
     gpu_model: bool  # a real model on a GPU with fast fp16 / bf16
+    step: Any = None  # a real model's device.StepProfile (None: a simulated device or a rate)
+    steps_per_call_gain: float | None = None  # K steps per call over one, the input attached, measured
 
 
 def service_hosts(cores_needed: float, cores: int) -> int:
@@ -95,6 +97,66 @@ def _gain(f: Facts, new_pipeline_rate: float) -> float:
 def _speed_stage(f: Facts, share: float, factor: float) -> float:
     """Pipeline rate once a stage taking ``share`` of the pipeline's time runs ``factor`` times faster."""
     return f.pipeline_rate / max(1e-9, 1 - share + share / factor)
+
+
+def _measured_step_advice(f: Facts) -> list[Advice]:
+    """steps-per-execution and increase-batch-size from the model's own step, measured: K steps
+    per call with the pipeline attached over one per call, and a LARGER x batch on the device
+    alone (no faster than the pipeline alone)."""
+    step, items = f.step, []
+    if f.steps_per_call_gain is not None:
+        gain = f.steps_per_call_gain
+        items.append(
+            Advice(
+                "steps-per-execution",
+                f"{step.overhead:.0%} of a one-step call is per-call overhead (measured: "
+                f"{step.per_call_s * 1000:.3g} ms a step one per call, {step.in_loop_s * 1000:.3g} ms with "
+                f"{step.steps_per_call} per call); with the input attached, {step.steps_per_call} steps per call "
+                f"ran {gain:.2f}x the examples/s of one (median of paired runs): "
+                f"steps_per_execution={step.steps_per_call}",
+                gain,
+                measured_speedup=gain,
+            )
+        )
+    if step.larger_batch_speedup is not None:
+        # the input is no faster than the best it was measured to deliver
+        supplied = max(f.pipeline_rate, f.together_rate * (f.steps_per_call_gain or 1.0))
+        # the device alone's ratio, or less where the input could not keep up with it
+        limit = supplied / max(f.together_rate, 1e-9)
+        gain = min(step.larger_batch_speedup, limit)
+        capped = f" (the input, measured at {supplied:,.0f} examples/s, limits it)" if gain == limit else ""
+        items.append(
+            Advice(
+                "increase-batch-size",
+                f"a batch of {step.larger_batch} ran {step.larger_batch_speedup:.2f}x the examples/s of "
+                f"{step.batch_size} on the device alone{capped}; scale the learning rate with the batch",
+                gain,
+                measured_speedup=gain,
+            )
+        )
+    return items
+
+
+def _estimated_step_advice(f: Facts) -> list[Advice]:
+    """Without a model the per-step overhead is the loop's time outside the wait and the device
+    step; the gains are estimates, and none above what the device alone reaches."""
+    if f.host_overhead < 0.15:
+        return []
+    ceiling = max(1.0, f.device_rate / max(f.together_rate, 1e-9))
+    removed = [1 / max(1e-9, 1 - f.host_overhead + f.host_overhead / k) for k in (8, 4)]
+    what = f"{f.host_overhead:.0%} of each step is per-step overhead (estimated, not measured)"
+    return [
+        Advice(
+            "steps-per-execution",
+            f"{what}: run 8 steps per call (steps_per_execution=8)",
+            min(removed[0], ceiling),
+        ),
+        Advice(
+            "increase-batch-size",
+            f"{what}: a 4x larger batch spreads it over 4x the examples",
+            min(removed[1], ceiling),
+        ),
+    ]
 
 
 def advise(f: Facts) -> list[Advice]:
@@ -202,24 +264,8 @@ def advise(f: Facts) -> list[Advice]:
         items.append(
             Advice("more-input-workers", detail, max(1.0, f.device_rate / best_local), commands=commands)
         )
-    if not input_bound and f.host_overhead >= 0.15:
-        per_exec = 1 / max(1e-9, 1 - f.host_overhead + f.host_overhead / 8)
-        items.append(
-            Advice(
-                "steps-per-execution",
-                f"{f.host_overhead:.0%} of each step is per-step overhead: run 8 steps per call "
-                "(steps_per_execution=8)",
-                per_exec,
-            )
-        )
-        items.append(
-            Advice(
-                "increase-batch-size",
-                f"{f.host_overhead:.0%} of each step is per-step overhead: a 4x larger batch "
-                "spreads it over 4x the examples",
-                1 / max(1e-9, 1 - f.host_overhead + f.host_overhead / 4),
-            )
-        )
+    if not input_bound:
+        items += _measured_step_advice(f) if f.step is not None else _estimated_step_advice(f)
     if not input_bound and f.gpu_model:
         items.append(
             Advice(

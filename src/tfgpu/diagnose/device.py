@@ -7,9 +7,12 @@ that does a step in 30 ms?"
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -52,6 +55,9 @@ class SimulatedDevice:
     def step_seconds(self, element_spec: Any, batch_size: int, *, repeats: int = 10) -> float:
         return median_seconds(self.step, None, repeats=repeats, warmup=10)
 
+    def session(self, element_spec: Any) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
 
 class RateDevice(SimulatedDevice):
     kind = "target-rate"
@@ -62,13 +68,16 @@ class RateDevice(SimulatedDevice):
 
 
 def synthetic(element_spec: Any, batch_size: int) -> Any:
-    """A batch of the dataset's spec, filled with random values, already on the device."""
+    """A batch of ``batch_size`` rows of the dataset's spec, filled with random values, already on
+    the device. The first dimension is the batch's even where the spec fixes it (a batched dataset
+    that drops its remainder): the larger-batch figure needs a larger batch of the same rows."""
     import tensorflow as tf
 
     rng = np.random.default_rng(0)
 
     def make(spec: Any) -> Any:
-        shape = [batch_size if d is None else d for d in spec.shape.as_list()]
+        dims = spec.shape.as_list()
+        shape = [batch_size, *(batch_size if d is None else d for d in dims[1:])] if dims else []
         if spec.dtype == tf.string:
             return tf.constant(np.full(shape, b""))
         if spec.dtype.is_integer:
@@ -80,16 +89,80 @@ def synthetic(element_spec: Any, batch_size: int) -> Any:
     return tf.nest.map_structure(make, element_spec)
 
 
+@dataclass(frozen=True)
+class StepProfile:
+    """The real training step on the device alone, measured once per model, batch and device.
+
+    Timed through the Trainer's own execution (``train.execution``): ``per_call_s`` one step per
+    compiled call, ``in_loop_s`` a step when ``steps_per_call`` of them run inside one call. The
+    per-step overhead is what running K steps per call removes, ``1 - in_loop_s / per_call_s``:
+    host dispatch and whatever else a call costs once, not work in the graph (a fixed-cost op
+    costs the same in the loop). ``ROUNDS`` alternating rounds; the medians decide, the spread is
+    their range.
+    """
+
+    batch_size: int
+    steps_per_call: int
+    per_call_s: float
+    in_loop_s: float
+    overhead: float
+    overhead_spread: tuple[float, float]
+    rounds: int
+    larger_batch: int | None = None  # the batch the larger-batch figure was measured at
+    larger_batch_speedup: float | None = None  # its examples/s over the batch's (one step per call)
+    larger_batch_failed: str = ""  # why it was not measured (out of memory)
+
+    @property
+    def steps_per_call_speedup(self) -> float:
+        """On the device alone, from the median overhead (one minus it: the loop's share)."""
+        return 1 / max(1 - self.overhead, 1e-9)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch_size": self.batch_size,
+            "steps_per_call": self.steps_per_call,
+            "one_step_per_call_ms": round(self.per_call_s * 1000, 4),
+            "in_loop_ms": round(self.in_loop_s * 1000, 4),
+            "overhead": round(self.overhead, 4),
+            "overhead_spread": [round(v, 4) for v in self.overhead_spread],
+            "steps_per_call_speedup": round(self.steps_per_call_speedup, 3),
+            "rounds": self.rounds,
+            "larger_batch": self.larger_batch,
+            "larger_batch_speedup": None
+            if self.larger_batch_speedup is None
+            else round(self.larger_batch_speedup, 3),
+            "larger_batch_failed": self.larger_batch_failed,
+        }
+
+
+ROUNDS = 5
+ROUND_S = 0.3  # seconds per timed round: long enough that timer and scheduling noise stay small
+STEPS_PER_CALL = 8  # what the steps-per-execution advice proposes
+LARGER = 4  # the larger batch the increase-batch-size advice proposes, as a multiple
+_PROFILES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 class ModelDevice:
-    """A compiled Keras model; one step is ``train_on_batch`` on the batch."""
+    """A compiled Keras model run as the Trainer runs it: its ``train_step`` inside the Trainer's
+    compiled execution, under the strategy it was created in (the default one if none).
+
+    Diagnose trains the model on synthetic and real batches; its weights, optimizer state and
+    metrics are put back afterwards (``restored``).
+    """
 
     kind = "model"
 
     def __init__(self, model: Any) -> None:
+        import tensorflow as tf
+
+        from tfgpu.train.model import owner
+
         self.model = model
+        self.strategy = owner(model) or tf.distribute.get_strategy()
         self.description = (
             f"Keras model {getattr(model, 'name', 'model')} ({model.count_params():,} parameters)"
         )
+        self._limits: dict[int, Any] = {}
 
     @staticmethod
     def _split(batch: Any) -> tuple[Any, Any]:
@@ -102,12 +175,140 @@ class ModelDevice:
         return batch, None
 
     def step(self, batch: Any) -> None:
+        """One training step on ``batch`` (``tfgpu profile`` traces these)."""
         x, y = self._split(batch)
         self.model.train_on_batch(x, y)
 
-    def step_seconds(self, element_spec: Any, batch_size: int, *, repeats: int = 10) -> float:
-        """Median train-step time on a synthetic batch (no input pipeline involved)."""
-        return median_seconds(self.step, synthetic(element_spec, batch_size), repeats=repeats, warmup=3)
+    # -- the Trainer's execution ---------------------------------------------------------------
+    def _execution(self) -> Any:
+        from tfgpu.train import execution
+
+        key = ("train", id(self.strategy), False)  # the Trainer's key: one trace for both
+        return execution.cached(
+            self.model, key, lambda: execution.train_execution(self.strategy, self.model, jit_compile=False)
+        )
+
+    def _limit(self, steps: int) -> Any:
+        import tensorflow as tf
+
+        if steps not in self._limits:  # a Python int argument would retrace per value
+            self._limits[steps] = tf.constant(steps, tf.int32)
+        return self._limits[steps]
+
+    def _as_steps_take_them(self, dataset: Any) -> Any:
+        return dataset.map(self._split) if isinstance(dataset.element_spec, dict) else dataset
+
+    @contextlib.contextmanager
+    def session(self, element_spec: Any) -> Iterator[None]:
+        """Build the model (and its optimizer) for batches of ``element_spec``, then train on them
+        freely: the weights, optimizer state and metrics are put back on leaving."""
+        import tensorflow as tf
+
+        from tfgpu.train.model import build
+
+        spec = self._as_steps_take_them(tf.data.Dataset.from_tensors(synthetic(element_spec, 1))).element_spec
+        build(self.model, self.strategy, spec if isinstance(spec, tuple) else (spec,))
+        with restored(self.model):
+            yield
+
+    def iterator(self, dataset: Any) -> Any:
+        """An iterator of ``dataset``'s batches as the model's step takes them, distributed over
+        the strategy's replicas (inside ``session``)."""
+        import tensorflow as tf
+
+        from tfgpu.ingraph import bounded
+
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+        dataset = bounded(self._as_steps_take_them(dataset).with_options(options))
+        return iter(self.strategy.experimental_distribute_dataset(dataset))
+
+    def run(self, iterator: Any, *, steps: int, per_call: int) -> tuple[float, list[float], list[Any]]:
+        """``steps`` steps, ``per_call`` per compiled call, nothing read back until the end (as the
+        Trainer runs): the seconds they took, when each call was made (from the start) and each
+        call's outputs."""
+        execute, limit = self._execution(), self._limit(per_call)
+        outputs, starts = [], []
+        start = time.perf_counter()
+        for _ in range(max(1, steps // per_call)):
+            starts.append(time.perf_counter() - start)
+            outputs.append(execute(iterator, limit))
+        int(outputs[-1]["steps"])  # the calls run in order: the last one's result waits for all
+        return time.perf_counter() - start, starts, outputs
+
+    def _seconds_per_step(self, iterator: Any, *, per_call: int, steps: int) -> float:
+        seconds, _, _ = self.run(iterator, steps=steps, per_call=per_call)
+        return seconds / (max(1, steps // per_call) * per_call)
+
+    def _steps_for(self, iterator: Any, *, per_call: int) -> int:
+        """Steps that take about ROUND_S (from one timed call after an untimed one)."""
+        self.run(iterator, steps=per_call, per_call=per_call)  # traces the first time
+        once = self._seconds_per_step(iterator, per_call=per_call, steps=per_call)
+        calls = int(min(400, max(1, ROUND_S / max(once * per_call, 1e-6))))
+        return calls * per_call
+
+    def repeating(self, batch: Any) -> Any:
+        """An iterator giving ``batch`` (a global batch, as the dataset's) over and over: the step
+        without any input pipeline."""
+        import tensorflow as tf
+
+        return self.iterator(tf.data.Dataset.from_tensors(batch).repeat())
+
+    def profile(self, element_spec: Any, batch_size: int, *, sample: Any = None) -> StepProfile:
+        """The step on the device alone (see StepProfile), measured once per model, spec and batch
+        (inside ``session``), on ``sample`` (a real batch: strings and sequence lengths as the
+        data has them) or, without one, a synthetic batch of the spec."""
+        import tensorflow as tf
+
+        batch = sample if sample is not None else synthetic(element_spec, batch_size)
+        # what the step takes: two pipelines of the same rows share one profile
+        key = (
+            batch_size,
+            tuple((t.dtype.name, tuple(t.shape[1:])) for t in tf.nest.flatten(self._split(batch))),
+        )
+        known = _PROFILES.setdefault(self.model, {})
+        if key not in known:
+            known[key] = self._measure(batch, batch_size)
+        return known[key]
+
+    def _measure(self, batch: Any, batch_size: int) -> StepProfile:
+        """ROUNDS rounds, each timing the three configurations back to back, so a slow spell of
+        the machine hits a round's figures together; each round's ratios, then their medians.
+        The larger batch is ``batch`` LARGER times over."""
+        import tensorflow as tf
+
+        k, bigger = STEPS_PER_CALL, batch_size * LARGER
+        iterator = self.repeating(batch)
+        one_steps, loop_steps = self._steps_for(iterator, per_call=1), self._steps_for(iterator, per_call=k)
+        try:
+            large = self.repeating(tf.nest.map_structure(lambda t: tf.concat([t] * LARGER, 0), batch))
+            large_steps, failed = self._steps_for(large, per_call=1), ""
+        except tf.errors.ResourceExhaustedError:
+            large, failed = None, f"a batch of {bigger} does not fit in device memory"
+        ones, loops, larger = [], [], []
+        for _ in range(ROUNDS):
+            ones.append(self._seconds_per_step(iterator, per_call=1, steps=one_steps))
+            loops.append(self._seconds_per_step(iterator, per_call=k, steps=loop_steps))
+            if large is not None:
+                big = self._seconds_per_step(large, per_call=1, steps=large_steps)
+                larger.append((bigger / big) / (batch_size / ones[-1]))
+        shares = sorted(max(0.0, 1 - loop / one) for one, loop in zip(ones, loops, strict=True))
+        return StepProfile(
+            batch_size,
+            k,
+            float(np.median(ones)),
+            float(np.median(loops)),
+            float(np.median(shares)),
+            (shares[0], shares[-1]),
+            ROUNDS,
+            bigger,
+            float(np.median(larger)) if larger else None,
+            failed,
+        )
+
+    def step_seconds(self, element_spec: Any, batch_size: int) -> float:
+        """Median step time on a synthetic batch, one step per call (no input pipeline involved)."""
+        return self.profile(element_spec, batch_size).per_call_s
 
     def layer_shares(self, element_spec: Any, batch_size: int, *, repeats: int = 5) -> list[dict[str, Any]]:
         """Each layer's share of the forward time: prefix models timed, differences taken."""
@@ -134,3 +335,18 @@ class ModelDevice:
             ({"name": n, "share": round(o / total, 4)} for n, o in zip(names, own, strict=True)),
             key=lambda d: -d["share"],
         )
+
+
+@contextlib.contextmanager
+def restored(model: Any) -> Iterator[None]:
+    """Put the model's weights, optimizer state and metrics back as they were on leaving: timing
+    a step trains the model on synthetic batches, which must not change the user's model."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(model.weights) + (list(optimizer.variables) if optimizer is not None else [])
+    saved = [v.numpy() for v in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, saved, strict=True):
+            variable.assign(value)
+        model.reset_metrics()

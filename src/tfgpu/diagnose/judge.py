@@ -39,6 +39,7 @@ class Round:
     verdict: verdicts.Verdict
     decided_by: str
     run: Any  # the measure.TogetherRun
+    in_loop_gain: float | None = None  # K steps per call over one, the input attached, back to back
 
     @property
     def key(self) -> tuple[str, str]:
@@ -55,7 +56,9 @@ class Judgement:
         def span(values: list[float]) -> list[float]:
             return [round(min(values), 4), round(max(values), 4)]
 
+        gains = [r.in_loop_gain for r in self.rounds if r.in_loop_gain is not None]
         return {
+            **({"steps_per_call_gain": span(gains)} if gains else {}),
             "input_wait_fraction": span([r.wait for r in self.rounds]),
             "host_overhead_fraction": span([r.overhead for r in self.rounds]),
             "together_examples_per_s": span([r.together_rate for r in self.rounds]),
@@ -63,21 +66,26 @@ class Judgement:
 
 
 def judge_round(
-    run: Any, *, pipeline_rate: float, device_rate: float, half_step_share: float | None, prefetched: bool
+    run: Any,
+    *,
+    pipeline_rate: float,
+    device_rate: float,
+    prefetched: bool,
+    overhead: float | None = None,
+    overhead_why: str = "",
 ) -> Round:
-    """The verdict of one together-run. ``half_step_share``: a step on half the batch over a full
-    step (a real model), whose excess over one half is the per-step overhead."""
+    """The verdict of one together-run. ``overhead``: the per-step overhead measured on the device
+    alone (a real model's StepProfile), said by ``overhead_why``; None: the run's time outside
+    the input wait and the device step."""
     measured = run.input_wait_fraction
-    if half_step_share is None:
+    step_measured = overhead is not None  # a property of the step: the fetch cost is not added to it
+    if overhead is None:
         overhead = run.host_overhead_fraction
         overhead_why = "time outside the input wait and the device step"
-    else:
-        overhead = max(0.0, min(1.0, 2 * half_step_share - 1))
-        overhead_why = f"a step on half the batch took {half_step_share:.0%} as long as a full one"
     utilization = min(1.0, run.examples_per_s / max(device_rate, 1e-9))
     wait, note = measured, ""
     if prefetched and pipeline_rate >= FAST_PIPELINE * device_rate and measured > 0:
-        overhead, wait = min(1.0, overhead + measured), 0.0
+        overhead, wait = overhead if step_measured else min(1.0, overhead + measured), 0.0
         note = (
             f"; the pipeline alone runs {pipeline_rate / device_rate:.1f}x the device's rate, so the "
             f"{measured:.0%} timed waiting is per-step fetch cost"
@@ -123,6 +131,7 @@ def judge(measure_round: Callable[[], Round]) -> Judgement:
             f"overhead {min(r.overhead for r in rounds):.0%}-{max(r.overhead for r in rounds):.0%}"
         )
         why = f"uncertain: the {len(rounds)} runs disagreed ({spread}); their median figures decide: {_why(found, 'the median of the runs')}"
+    gains = [r.in_loop_gain for r in rounds if r.in_loop_gain is not None]
     chosen = Round(
         wait,
         overhead,
@@ -132,5 +141,6 @@ def judge(measure_round: Callable[[], Round]) -> Judgement:
         found,
         why,
         closest.run,
+        statistics.median(gains) if gains else None,
     )
     return Judgement(chosen, rounds, certain=certain)

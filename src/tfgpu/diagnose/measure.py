@@ -23,19 +23,24 @@ class PipelineRun:
     batches_per_s: float
     cpu_s_per_example: float
     batch_size: int
+    sample: Any = None  # the last batch: a real one to time the model's step on
 
 
 def pipeline_alone(dataset: Any, *, steps: int, warmup: int) -> PipelineRun:
     iterator = iter(dataset.repeat())
-    size = 0
+    size, batch = 0, None
     for _ in range(warmup):
-        size = batch_examples(next(iterator))
+        batch = next(iterator)
+        size = batch_examples(batch)
     cpu, start = time.process_time(), time.perf_counter()
     examples = 0
     for _ in range(steps):
-        examples += batch_examples(next(iterator))
+        batch = next(iterator)
+        examples += batch_examples(batch)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return PipelineRun(examples / wall, steps / wall, cpu / max(examples, 1), size or examples // steps)
+    return PipelineRun(
+        examples / wall, steps / wall, cpu / max(examples, 1), size or examples // steps, batch
+    )
 
 
 def element_rate(dataset: Any, *, elements: int, warmup: int) -> float:
@@ -79,6 +84,24 @@ def together(dataset: Any, device: Any, *, steps: int, warmup: int, device_step_
     wall = time.perf_counter() - started
     overhead = max(0.0, wall - waits - steps * device_step_s)
     return TogetherRun(examples / wall, waits / wall, overhead / wall, timeline)
+
+
+def together_in_graph(
+    dataset: Any, device: Any, *, steps: int, warmup: int, per_call: int = 1
+) -> TogetherRun:
+    """A model device fed by ``dataset`` as the Trainer feeds it: ``per_call`` steps per compiled
+    call, the iterator inside the call, the input wait timed in the graph around each fetch."""
+    iterator = device.iterator(dataset.repeat())
+    device.run(iterator, steps=max(warmup, per_call), per_call=per_call)  # traces, fills the buffers
+    wall, starts, outputs = device.run(iterator, steps=max(steps, per_call), per_call=per_call)
+    waits = [float(o["wait"]) for o in outputs]
+    ends = [*starts[1:], wall]
+    timeline = [
+        {"t": round(t, 5), "wait": round(w, 6), "compute": round(max(0.0, end - t - w), 6)}
+        for t, end, w in zip(starts, ends, waits, strict=True)
+    ]
+    examples = sum(float(o["examples"]) for o in outputs)
+    return TogetherRun(examples / wall, min(1.0, sum(waits) / wall), 0.0, timeline)
 
 
 def median_of(function: Any, repeats: int) -> float:

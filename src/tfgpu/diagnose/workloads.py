@@ -189,6 +189,26 @@ def tiny_model() -> Any:
     return model
 
 
+def fixed_cost_model() -> Any:
+    """A step whose time does not grow with the batch and is not host dispatch: a fixed-size
+    matrix product in the graph (on a variable, so it is not folded away) that every step pays."""
+    import keras
+    import tensorflow as tf
+
+    class FixedCost(keras.layers.Layer):
+        def build(self, input_shape: Any) -> None:
+            self.matrix = self.add_weight(shape=(768, 768), initializer="ones", trainable=False)
+
+        def call(self, x: Any) -> Any:
+            product = tf.linalg.matmul(self.matrix, self.matrix)
+            product = tf.linalg.matmul(product, self.matrix)
+            return x + 0.0 * tf.reduce_mean(product)
+
+    model = keras.Sequential([keras.Input((8,)), FixedCost(), keras.layers.Dense(2)])
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
 def needs_more_cores() -> Any:
     """Already parallel, no cacheable work (random per epoch); the device wants more than the cores give."""
     import tensorflow as tf
@@ -271,6 +291,15 @@ WORKLOADS: tuple[Workload, ...] = (
         ("steps-per-execution", "increase-batch-size"),
         model=tiny_model,
         description="in-memory data, batch 8, Dense(2) model: per-step overhead dominates",
+    ),
+    Workload(
+        "fixed-cost-step",
+        in_memory,
+        ("no",),
+        ("increase-batch-size",),
+        model=fixed_cost_model,
+        description="in-memory data, batch 8, a fixed-size matmul in every step: the step does not grow "
+        "with the batch, yet K steps per call save nothing",
     ),
     Workload(
         "needs-more-cores",
