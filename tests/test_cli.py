@@ -65,7 +65,7 @@ def test_demo_runs_end_to_end(tmp_path):
         "--report",
         str(tmp_path / "r.html"),
         "--epochs",
-        "3",
+        "4",
         "--json",
         timeout=600,
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ CLASSES = ("stripes", "rings", "checks", "dots")
 SIZE = 48
 TRAIN_PER_CLASS, HELDOUT_PER_CLASS = 150, 40
 BATCH_PER_REPLICA = 32
+STEADY_S = 6.0  # seconds of steady-state training the demo asks for (at the rate diagnose measured)
+MIN_EPOCHS, MAX_EPOCHS = 4, 40
 
 
 @dataclass
@@ -43,6 +46,7 @@ class DemoResult:
     seconds: float = 0.0
     data: dict[str, Any] = field(default_factory=dict)  # images, generated or reused; shards
     phases: dict[str, float] = field(default_factory=dict)  # seconds per phase
+    agreement: str = ""  # training's steady state against diagnose of the same pipeline
 
     @property
     def ok(self) -> bool:
@@ -66,6 +70,7 @@ class DemoResult:
             "choices": self.choices,
             "diagnose": {k: slim(v) for k, v in self.diagnose.items()},
             "training": slim(self.training),
+            "agreement": self.agreement,
             "prediction": self.prediction,
             "doctor": self.doctor.to_dict(),
         }
@@ -118,12 +123,12 @@ def build_model() -> Any:
     return keras.Model(inputs, outputs, name="demo_cnn")
 
 
-def _naive(source: Path) -> Any:
+def _naive(source: Path, *, batch_size: int) -> Any:
     """What many first pipelines look like: files listed, decoded one by one, no prefetch."""
     import tensorflow as tf
 
     files = sorted(str(p) for p in source.rglob("*.jpg"))
-    labels = [CLASSES.index(Path(f).parent.name) for f in files]
+    labels = np.array([CLASSES.index(Path(f).parent.name) for f in files], np.int64)  # as the pipeline
 
     def load(path: Any, label: Any) -> Any:
         image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
@@ -133,25 +138,88 @@ def _naive(source: Path) -> Any:
     options = tf.data.Options()
     options.experimental_optimization.inject_prefetch = False
     return (
-        tf.data.Dataset.from_tensor_slices((files, labels))
-        .map(load)
-        .batch(BATCH_PER_REPLICA)
-        .with_options(options)
+        tf.data.Dataset.from_tensor_slices((files, labels)).map(load).batch(batch_size).with_options(options)
     )
 
 
-def _compiled() -> Any:
-    import keras
+def flip(e: dict[str, Any]) -> dict[str, Any]:
+    """The demo's augmentation (random, so TensorFlow keeps a map of it sequential)."""
+    import tensorflow as tf
 
-    model = build_model()
-    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return model
+    return {**e, "image": tf.image.random_flip_left_right(e["image"])}
+
+
+def task(work: Path, *, batch_size: int = BATCH_PER_REPLICA) -> Any:
+    """What the demo trains: its CNN on the converted shards, ``batch_size`` per replica."""
+    import tfgpu
+
+    return tfgpu.Task(
+        model=build_model,
+        loss="sparse_categorical_crossentropy",
+        from_logits=True,
+        train_data=str(work / "train"),
+        eval_data=str(work / "heldout"),
+        metrics=["accuracy"],
+        batch_size=batch_size,
+        learning_rate=3e-3,
+        pipeline={"augment": flip},
+    )
+
+
+def diagnoses(work: Path, trainer: Any) -> dict[str, dict[str, Any]]:
+    """The naive pipeline and ``tfgpu.data.pipeline`` diagnosed against ``trainer``'s own model,
+    strategy and global batch: diagnose times the very step training runs (the model's weights
+    are put back afterwards), and the two diagnoses share one measurement of that step."""
+    from tfgpu import data
+    from tfgpu.diagnose import diagnose
+
+    batch = trainer.global_batch
+    pipelines = {
+        "naive pipeline": lambda: _naive(work / "images" / "train", batch_size=batch),
+        "tfgpu.data.pipeline": lambda: data.pipeline(
+            work / "train", batch_size=batch, training=True, augment=flip, supervised=True
+        ),
+    }
+    return {
+        name: diagnose(build(), model=trainer.model, steps=15, warmup=3).to_dict()
+        for name, build in pipelines.items()
+    }
+
+
+def epochs_for(rate: float, *, examples_per_epoch: int) -> tuple[int, str]:
+    """Epochs for about STEADY_S seconds of steady state at ``rate`` (examples/s, as diagnose
+    measured it), plus the first epoch, which fills the pipeline's cache; and why."""
+    steady = math.ceil(STEADY_S * rate / examples_per_epoch)
+    epochs = max(MIN_EPOCHS, min(MAX_EPOCHS, 1 + steady))
+    return epochs, (
+        f"about {STEADY_S:g} s of steady state at the {rate:,.0f} examples/s diagnose measured, "
+        f"after epoch 1 fills the cache ({MIN_EPOCHS}-{MAX_EPOCHS})"
+    )
+
+
+def agreement(diagnosed: dict[str, Any], trained: dict[str, Any], *, steps_per_call: int) -> str:
+    """Whether training's steady state and diagnose of the same pipeline (the same model, step and
+    strategy) tell one story, and if not, what set the two runs apart."""
+    if not trained.get("steady"):
+        return "training had no steady state to compare with diagnose (too short a run)"
+    said = (
+        f"diagnose {diagnosed['input_bound']} input-bound ({diagnosed['input_wait_fraction']:.0%} waiting), "
+        f"training's steady state {trained['input_bound']} input-bound "
+        f"({trained['input_wait_fraction']:.0%} waiting)"
+    )
+    if (diagnosed["input_bound"] == "no") == (trained["input_bound"] == "no"):
+        return f"agree: {said}"
+    return (
+        f"differ: {said}; diagnose ran one step per compiled call, training {steps_per_call} per call "
+        f"over {trained['steady']['steps']} steps"
+    )
 
 
 def run_demo(
-    *, workdir: str = "tfgpu-demo", report: str = "tfgpu-report.html", epochs: int = 4
+    *, workdir: str = "tfgpu-demo", report: str = "tfgpu-report.html", epochs: int | None = None
 ) -> DemoResult:
-    """Run every stage; see the module docstring."""
+    """Run every stage; see the module docstring. ``epochs``: None chooses them from the rate
+    diagnose measures (``epochs_for``)."""
     started = time.perf_counter()
     has_gpu = bool(nvml.probe().gpus)
     runtime.configure(logical_cpus=None if has_gpu else 2, precision="auto", seed=0)
@@ -165,7 +233,6 @@ def run_demo(
 
     import tfgpu
     from tfgpu import data
-    from tfgpu.diagnose import diagnose
     from tfgpu.predict import PredictOptions, predict, read_output
 
     with clock("data"):
@@ -186,39 +253,17 @@ def run_demo(
         "shards_reused": sum(c.shards_reused for c in converted),
     }
 
-    def flip(e: dict[str, Any]) -> dict[str, Any]:
-        import tensorflow as tf
-
-        return {**e, "image": tf.image.random_flip_left_right(e["image"])}
-
     clock.start("diagnose")
-    found = {
-        "naive pipeline": diagnose(
-            _naive(work / "images" / "train"), model=_compiled(), steps=15, warmup=3
-        ).to_dict(),
-        "tfgpu.data.pipeline": diagnose(
-            data.pipeline(
-                work / "train", batch_size=BATCH_PER_REPLICA, training=True, augment=flip, supervised=True
-            ),
-            model=_compiled(),
-            steps=15,
-            warmup=3,
-        ).to_dict(),
-    }
+    # a log point every 4 steps gives the report its curves
+    trainer = tfgpu.Trainer(task(work), log_every=4)
+    found = diagnoses(work, trainer)
+    if epochs is None:
+        epochs, why = epochs_for(
+            found["tfgpu.data.pipeline"]["together_examples_per_s"],
+            examples_per_epoch=TRAIN_PER_CLASS * len(CLASSES),
+        )
+        choices.record("demo.epochs", str(epochs), why)
     clock.start("train")
-    task = tfgpu.Task(
-        model=build_model,
-        loss="sparse_categorical_crossentropy",
-        from_logits=True,
-        train_data=str(work / "train"),
-        eval_data=str(work / "heldout"),
-        metrics=["accuracy"],
-        batch_size=BATCH_PER_REPLICA,
-        learning_rate=3e-3,
-        pipeline={"augment": flip},
-    )
-    # a short run: a log point every 4 steps gives the report its curves
-    trainer = tfgpu.Trainer(task, log_every=4)
     trained = trainer.fit(epochs=epochs)
     model_path = work / "model.keras"
     trainer.model.save(model_path)
@@ -240,6 +285,9 @@ def run_demo(
         choices=choices.as_dict(),
         diagnose=found,
         training=trained.to_dict(),
+        agreement=agreement(
+            found["tfgpu.data.pipeline"], trained.to_dict(), steps_per_call=trainer.options.execution_steps
+        ),
         prediction=predicted.to_dict(),
         accuracy=accuracy,
         data=dataset,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from tfgpu.cli import _common
 
@@ -15,7 +16,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--workdir", default="tfgpu-demo", help="where the example data and outputs go (cached)"
     )
     parser.add_argument("--report", default="tfgpu-report.html", help="the HTML report to write")
-    parser.add_argument("--epochs", type=int, default=4, help="training epochs (default 4)")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="training epochs (default: enough for a steady state at the rate diagnose measures)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run)
 
@@ -45,16 +51,39 @@ def run(args: argparse.Namespace) -> int:
     out.print(choices.summary_line())
     for name, found in result.diagnose.items():
         top = found["advice"][0]
+        how = "measured" if top.get("measured_speedup") is not None else "estimated"
+        gain = "" if top["kind"] == "none" else f" ({top['estimated_speedup']:.2f}x, {how})"
         out.print(
             f"[bold]diagnose {name}:[/] {found['verdict']}; {found['together_examples_per_s']:,.0f} examples/s, "
-            f"top advice {top['kind']} ({top['estimated_speedup']:.2f}x)"
+            f"top advice {top['kind']}{gain}"
         )
+    steps = {name: f["step"] for name, f in result.diagnose.items() if f.get("step")}
+    shared = len({json.dumps(step, sort_keys=True) for step in steps.values()}) == 1
+    for name, step in steps.items():
+        low, high = step["overhead_spread"]
+        out.print(
+            f"[bold]diagnose, the model's step{'' if shared else f' ({name})'}:[/] "
+            f"{step['one_step_per_call_ms']:.3g} ms one per call, {step['in_loop_ms']:.3g} ms with "
+            f"{step['steps_per_call']} per call: per-step overhead {step['overhead']:.0%} "
+            f"({low:.0%}-{high:.0%} over {step['rounds']} rounds)"
+            + (", measured once, the same step in both diagnoses" if shared and len(steps) > 1 else "")
+        )
+        if shared:
+            break
     out.print(f"[bold]diagnose:[/] both pipelines measured{took.get('diagnose', '')}")
     t = result.training
+    rate = (
+        f"steady state {t['examples_per_s']:,.0f} examples/s"
+        if t.get("steady")
+        else f"{t['examples_per_s']:,.0f} examples/s"
+    )
     out.print(
-        f"[bold]train:[/] {t['steps']} steps on {t['replicas']} replicas, {t['examples_per_s']:,.0f} examples/s; "
+        f"[bold]train:[/] {t['steps']} steps ({t['epochs']} epochs) on {t['replicas']} replicas, {rate}; "
         f"{t['verdict']}{took.get('train', '')}"
     )
+    if t.get("warm_up_summary"):
+        out.print(f"[bold]train warm-up[/] (not in the figures above): {t['warm_up_summary']}")
+    out.print(f"[bold]train vs diagnose of tfgpu.data.pipeline:[/] {result.agreement}")
     p = result.prediction
     out.print(
         f"[bold]predict:[/] {p['predicted_rows']} held-out rows, {p['rows_per_s']:,.0f} rows/s on "
