@@ -95,7 +95,8 @@ def _child(args: argparse.Namespace) -> None:
                 work / "images" / "train", batch_size=per_replica
             ),
         )
-    trainer = tfgpu.Trainer(task, log_every=4, steps_per_execution=args.steps_per_execution)
+    # 0: the Trainer's own choice, as in the demo
+    trainer = tfgpu.Trainer(task, log_every=4, steps_per_execution=args.steps_per_execution or None)
     per_epoch = demo.TRAIN_PER_CLASS * len(demo.CLASSES)
     result = trainer.fit(
         epochs=min(60, max(4, math.ceil(TRAINED_EXAMPLES / per_epoch * args.per_replica / 32)))
@@ -107,12 +108,12 @@ def applied(work: Path, pipeline: str, kind: str, repeats: int) -> dict[str, Any
     """``kind`` applied to the demo's training of ``pipeline``: interleaved pairs, median ratio."""
     from tfgpu import demo
 
-    base = {"per_replica": demo.BATCH_PER_REPLICA, "steps_per_execution": 1}
-    advised = dict(base)
-    if kind == "increase-batch-size":
-        advised["per_replica"] *= 4  # diagnose's LARGER
-    else:
-        advised["steps_per_execution"] = 8  # diagnose's STEPS_PER_CALL
+    if kind == "increase-batch-size":  # as the demo trains, then at diagnose's LARGER batch
+        base = {"per_replica": demo.BATCH_PER_REPLICA, "steps_per_execution": 0}
+        advised = {**base, "per_replica": 4 * demo.BATCH_PER_REPLICA}
+    else:  # one step per call, then diagnose's STEPS_PER_CALL
+        base = {"per_replica": demo.BATCH_PER_REPLICA, "steps_per_execution": 1}
+        advised = {**base, "steps_per_execution": 8}
     ratios, pairs = [], []
     for _ in range(repeats):
         before = train(work, pipeline, **base)["examples_per_s"]

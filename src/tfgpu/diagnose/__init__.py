@@ -1,11 +1,16 @@
 """``tfgpu diagnose``: is the GPU waiting for input, for the host, or is the device the limit?
 
-Measures, after warm-up: the pipeline alone, the device alone (a real Keras step on a synthetic batch
-already on the device, a simulated device, or a target rate), both together with the wait for input
-timed every step (three runs, the median deciding, see ``judge``), the CPU seconds per example, and
-every stage's rate. Gives the TensorFlow profiler's verdict with the figures that decide it, and
-advice ranked by a gain estimated from those measurements; ``apply=True`` applies what does not
-change results (tf.data options, prefetch) and measures again.
+Measures, after warm-up: the pipeline alone; the device alone (a simulated device, a target rate,
+or a compiled Keras model's real step, run as the Trainer runs it: its own execution, under the
+strategy the model was made in, on a real batch repeated, one step per call, K steps per call and
+at 4x the batch, in paired rounds whose medians decide and whose range is the spread; measured
+once per model and step input, ``device.StepProfile``); both together with the wait for input timed
+every step (three runs, the median deciding, see ``judge``; a model runs inside the Trainer's
+compiled loop and the wait is read from the graph); the CPU seconds per example; and every stage's
+rate. Gives the TensorFlow profiler's verdict with the figures that decide it, and advice ranked by
+its gain: measured where diagnose can run the change (steps per call and a larger batch with a
+model; ``apply=True`` for what does not change results: tf.data options, prefetch), otherwise
+estimated from the measured rates and marked so, never above what the device alone reaches.
 """
 
 from __future__ import annotations
