@@ -63,7 +63,9 @@ def test_workload_gets_its_verdict_and_advice(workload):
 def test_apply_measures_the_gain_of_parallelizing():
     result = run(workloads.by_name("sequential-map"), apply=True)
     item = next(a for a in result.advice if a.kind == "parallelize-map")
-    assert item.measured_speedup is not None and item.measured_speedup > 1.3
+    # 1.5-2x on an idle 2-core machine; 1.2x measured with a CPU-bound process on each core (the
+    # parallel map then shares both cores with them). A change that did nothing reads 1.0 +- 0.05.
+    assert item.measured_speedup is not None and item.measured_speedup > 1.15
     assert result.applied["changes"] == ["map: num_parallel_calls=AUTOTUNE"]
     assert result.applied["device_utilization"] > result.device_utilization
 
