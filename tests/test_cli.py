@@ -76,6 +76,12 @@ def test_demo_runs_end_to_end(tmp_path):
     assert data["ok"] and data["accuracy"] >= 0.6
     assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))
     assert data["diagnose"]["naive pipeline"]["bottleneck"] in ("input", "host", "device")
+    # issue 25: one step profile for both diagnoses (the same model, strategy and global batch), and
+    # training's steady state (epochs 2-4) is compared with diagnose of the same pipeline
+    naive, tuned = data["diagnose"]["naive pipeline"], data["diagnose"]["tfgpu.data.pipeline"]
+    assert naive["step"] and naive["step"] == tuned["step"]
+    assert data["training"]["steady"]["epochs"] == [2, 3, 4]
+    assert data["agreement"].startswith(("agree: ", "differ: ")), data["agreement"]
     assert data["prediction"]["predicted_rows"] == 160
     assert set(data["phases"]) == {"doctor", "data", "diagnose", "train", "predict", "report"}
     assert data["data"]["images_generated"] and data["data"]["shards_reused"] == 0

@@ -57,17 +57,21 @@ class Monitor:
         self._thread.start()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            now = time.monotonic() - self._start
-            for index, handle in enumerate(self._handles):
-                try:
-                    util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
-                    memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-                except Exception:
-                    continue
-                self.samples.append(
-                    Sample(round(now, 3), index, int(util.gpu), round(memory.used / nvml.MIB, 1))
-                )
+        """Sample at once, then every ``interval_s``: a run shorter than one interval has a sample."""
+        while True:
+            self._sample()
+            if self._stop.wait(self.interval_s):
+                return
+
+    def _sample(self) -> None:
+        now = time.monotonic() - self._start
+        for index, handle in enumerate(self._handles):
+            try:
+                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+                memory = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception:
+                continue
+            self.samples.append(Sample(round(now, 3), index, int(util.gpu), round(memory.used / nvml.MIB, 1)))
 
     def stop(self) -> None:
         self._stop.set()
