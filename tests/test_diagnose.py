@@ -395,3 +395,8 @@ def test_more_input_workers_says_how_many_hosts():
         and "9 tf.data service workers" in item.detail
     )
     assert item.commands == ()
+    # replacing the Python stage is listed first even where its own gain reads small (a loaded
+    # machine measured the pipeline alone slower than with the device): the service needs it done
+    busy = dataclasses.replace(python, together_rate=1800)
+    kinds = [a.kind for a in advice.advise(busy)]
+    assert kinds[0] == "replace-python-function" and kinds[-1] == "more-input-workers", kinds

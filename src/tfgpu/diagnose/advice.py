@@ -242,6 +242,7 @@ def advise(f: Facts) -> list[Advice]:
                 )
             )
     needed = f.cpu_s_per_example * f.device_rate
+    prerequisite = None  # a fix that more-input-workers needs done first is offered with it
     best_local = max([f.together_rate] + [a.estimated_speedup * f.together_rate for a in items])
     if input_bound and needed > 1.5 * f.cores and best_local < 0.95 * f.device_rate:
         more = service_hosts(needed, f.cores)
@@ -258,6 +259,7 @@ def advise(f: Facts) -> list[Advice]:
                 "would supply it (docs/data-service.md), or preprocess offline"
             )
             commands: tuple[str, ...] = ()
+            prerequisite = "replace-python-function"
         else:
             detail = f"{need}{workers} would supply it (docs/data-service.md), or preprocess offline"
             commands = service_commands(more + 1)
@@ -276,6 +278,9 @@ def advise(f: Facts) -> list[Advice]:
             )
         )
     offered = [a for a in items if a.estimated_speedup >= MIN_GAIN]
+    if any(a.kind == "more-input-workers" for a in offered):
+        # its own gain may read small (this machine's cores stay busy), but it comes first
+        offered += [a for a in items if a.kind == prerequisite and a not in offered]
     if not offered:
         detail = (
             "the input keeps up and per-step overhead is small: nothing to change on the input side"
