@@ -174,6 +174,21 @@ def local_strategy(*, record_as: str = "strategy") -> Any:
     return built
 
 
+def is_parameter_server(strategy: Any) -> bool:
+    """True for ParameterServerStrategy: the chief schedules steps on workers (a coordinator)."""
+    import tensorflow as tf
+
+    return isinstance(strategy, tf.distribute.ParameterServerStrategy)
+
+
+def spans_workers(strategy: Any) -> bool:
+    """True when the strategy's replicas live in several processes (MultiWorkerMirrored or
+    parameter servers): work that has no cross-process collectives must not run under it."""
+    import tensorflow as tf
+
+    return is_parameter_server(strategy) or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+
 def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
     """(the devices the replicas run on, whether the strategy is TensorFlow's default one).
 

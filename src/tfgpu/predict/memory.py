@@ -69,7 +69,7 @@ def _strategy(model: Any, strategy: Any) -> Any:
     from tfgpu.train import model as model_setup
 
     chosen = strategy or model_setup.owner(model) or tf.distribute.get_strategy()
-    if isinstance(chosen, tf.distribute.MultiWorkerMirroredStrategy | tf.distribute.ParameterServerStrategy):
+    if distribute.spans_workers(chosen):
         raise ConfigError(
             "tfgpu.predict without an output directory runs on this process's replicas only",
             value=type(chosen).__name__,

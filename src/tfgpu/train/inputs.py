@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tfgpu import host
+from tfgpu import distribute, host
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.ingraph import bounded
 
@@ -153,7 +153,7 @@ class Input:
         import tensorflow as tf
 
         if self.element_spec is None:
-            if isinstance(self.strategy, tf.distribute.ParameterServerStrategy):
+            if distribute.is_parameter_server(self.strategy):
                 # the workers build their own datasets; this one is only looked at
                 self.per_worker_factory()(tf.distribute.InputContext())
             else:

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from tfgpu import distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import inputs
 from tfgpu.train import model as model_setup
@@ -179,7 +180,7 @@ def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
         if owner is not None:
             return owner, model
         chosen = tfgpu.strategy()
-        if int(chosen.num_replicas_in_sync) == 1 and not _is_cluster(chosen):
+        if int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen):
             return tf.distribute.get_strategy(), model
         strategy = chosen
     if model_setup.fits_strategy(model, strategy):
@@ -192,14 +193,6 @@ def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
             fix="pass the strategy the model was created under, or leave strategy unset",
         )
     return strategy, model_setup.recreate(model, strategy)
-
-
-def _is_cluster(strategy: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(
-        strategy, tf.distribute.MultiWorkerMirroredStrategy | tf.distribute.ParameterServerStrategy
-    )
 
 
 def _data(x: Any, y: Any, sample_weight: Any, *, role: str) -> Any:

@@ -42,12 +42,6 @@ class OutOfMemoryError(TfgpuError):
     """A training step ran out of device memory."""
 
 
-def _is_ps(strategy: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(strategy, tf.distribute.ParameterServerStrategy)
-
-
 class Trainer:
     """Train ``task`` under ``strategy`` (default: ``tfgpu.strategy()``).
 
@@ -97,7 +91,7 @@ class Trainer:
         # input pipelines training side by side (MultiWorkerMirrored: one per worker)
         self._pipelines = (
             sum(len(spec.cluster.get(r, ())) for r in ("chief", "worker"))
-            if spec is not None and not _is_ps(self.strategy)
+            if spec is not None and not distribute.is_parameter_server(self.strategy)
             else 1
         )
         choices.record(
@@ -293,7 +287,7 @@ class Trainer:
             epochs=epochs if epochs is not None else 1,
             steps=self._inputs["train"].steps_per_epoch,
         )
-        if _is_ps(self.strategy):
+        if distribute.is_parameter_server(self.strategy):
             return self._fit_parameter_server(epochs=epochs, steps=steps, callbacks=callbacks)
         choices.announce()
         self.model.stop_training = False
