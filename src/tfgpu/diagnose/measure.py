@@ -26,21 +26,32 @@ class PipelineRun:
     sample: Any = None  # the last batch: a real one to time the model's step on
 
 
+MIN_ALONE_S = 0.3  # the pipeline alone is timed at least this long: 25 cheap batches take 2 ms
+MAX_ALONE_ROUNDS = 20
+
+
 def pipeline_alone(dataset: Any, *, steps: int, warmup: int) -> PipelineRun:
+    """The pipeline's own rate: rounds of ``steps`` batches until ``MIN_ALONE_S`` has passed, the
+    median round's rate. One round of a cheap pipeline lasts milliseconds, and a single preemption
+    on a busy host halved it (the judge then read per-step fetch cost as input wait)."""
     iterator = iter(dataset.repeat())
     size, batch = 0, None
     for _ in range(warmup):
         batch = next(iterator)
         size = batch_examples(batch)
-    cpu, start = time.process_time(), time.perf_counter()
-    examples = 0
-    for _ in range(steps):
-        batch = next(iterator)
-        examples += batch_examples(batch)
-    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return PipelineRun(
-        examples / wall, steps / wall, cpu / max(examples, 1), size or examples // steps, batch
-    )
+    cpu, began = time.process_time(), time.perf_counter()
+    rates, examples, rounds = [], 0, 0
+    while rounds < MAX_ALONE_ROUNDS and (rounds == 0 or time.perf_counter() - began < MIN_ALONE_S):
+        start, counted = time.perf_counter(), 0
+        for _ in range(steps):
+            batch = next(iterator)
+            counted += batch_examples(batch)
+        rates.append(counted / (time.perf_counter() - start))
+        examples, rounds = examples + counted, rounds + 1
+    cpu = time.process_time() - cpu
+    rate = float(np.median(rates))
+    per_batch = examples / (rounds * steps)
+    return PipelineRun(rate, rate / per_batch, cpu / max(examples, 1), size or int(per_batch), batch)
 
 
 def element_rate(dataset: Any, *, elements: int, warmup: int) -> float:
