@@ -181,3 +181,68 @@ def text_model() -> Any:
     )
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
     return model
+
+
+def transfer_model(*, frozen: bool = True) -> tuple[Any, Any]:
+    """Keras's transfer-learning guide in small: a base model, frozen, under a new head.
+
+    Returns (model, base): the guide unfreezes ``base`` and compiles ``model`` again.
+    """
+    import keras
+
+    base = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(
+                16, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=3)
+            ),
+            keras.layers.Dense(5, kernel_initializer=keras.initializers.GlorotUniform(seed=4)),
+        ],
+        name="base",
+    )
+    base.trainable = not frozen
+    inputs = keras.Input((8,))
+    outputs = keras.layers.Dense(
+        1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=5)
+    )(base(inputs, training=False))
+    model = keras.Model(inputs, outputs)
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["binary_accuracy"]
+    )
+    return model, base
+
+
+def grad_norm_model() -> Any:
+    """A custom train_step that returns logs of its own (the loss and the gradient's norm), not
+    the model's metrics, and a test_step that adds one: Keras reports exactly what they return."""
+    import keras
+    import tensorflow as tf
+
+    class GradNorm(keras.Sequential):
+        def train_step(self, data: Any) -> Any:
+            x, y = data
+            with tf.GradientTape() as tape:
+                loss = self.compute_loss(x=x, y=y, y_pred=self(x, training=True))
+            grads = tape.gradient(loss, self.trainable_variables)
+            self.optimizer.apply_gradients(zip(grads, self.trainable_variables, strict=True))
+            return {"loss": loss, "grad_norm": tf.linalg.global_norm(grads)}
+
+        def test_step(self, data: Any) -> Any:
+            x, y = data
+            y_pred = self(x, training=False)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+            return {"loss": loss, "mean_prediction": tf.reduce_mean(y_pred)}
+
+    model = GradNorm(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(
+                4, activation="relu", kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+            ),
+            keras.layers.Dense(
+                1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=2)
+            ),
+        ]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="binary_crossentropy")
+    return model

@@ -155,7 +155,9 @@ def test_a_custom_train_step_is_honoured(reference):
     same_history(history.history, keras_history.history)
     # the test_step override too (its loss x3): as Keras's evaluate under the same strategy
     expected = mirrored.evaluate(x, y, batch_size=48, verbose=0, return_dict=True)
-    assert tfgpu.evaluate(mirrored, x, y, batch_size=48) == pytest.approx(expected, rel=1e-5)
+    assert tfgpu.evaluate(mirrored, x, y, batch_size=48, return_dict=True) == pytest.approx(
+        expected, rel=1e-5
+    )
 
 
 def test_a_tf_data_dataset_of_global_batches(reference):
@@ -282,7 +284,22 @@ def test_terminate_on_nan_stops_as_in_keras(reference):
         callbacks=[keras.callbacks.TerminateOnNaN()],
     )
     assert history.epoch == [0]  # stopped within the first epoch
-    with pytest.raises(tfgpu.TfgpuError, match="non-finite at step 3"):
+    # the step whose loss Keras first logs as NaN (a NaN input row need not make its own step's
+    # loss NaN: some CPU kernels map it away, and the NaN gradient shows one step later)
+    losses = []
+    binary_model().fit(
+        x,
+        y,
+        batch_size=48,
+        epochs=1,
+        shuffle=False,
+        verbose=0,
+        callbacks=[
+            keras.callbacks.LambdaCallback(on_train_batch_end=lambda b, logs: losses.append(logs["loss"]))
+        ],
+    )
+    step = 1 + next(i for i, loss in enumerate(losses) if not np.isfinite(loss))
+    with pytest.raises(tfgpu.TfgpuError, match=f"non-finite at step {step} "):
         tfgpu.fit(
             in_scope(local_strategy(2), binary_model),
             x,
@@ -394,20 +411,22 @@ def test_predict_in_memory_keeps_the_input_order(reference):
 
 
 def test_real_models_on_two_replicas_track_keras_on_one_device():
-    """Batch norm (MobileNetV2) keeps statistics per replica, so the losses are close, not equal;
-    a text model over padded batches (masking, LSTM) has nothing per replica: equal."""
+    """Batch norm (MobileNetV2) keeps statistics per replica: the reference is Keras's own fit
+    under the same MirroredStrategy (against one device the losses only stay close, and how
+    close depends on the CPU's kernels: 34% apart at epoch 3 on one machine). A text model over
+    padded batches (masking, LSTM) has nothing per replica: equal to Keras on one device."""
     from fit_models import images, mobilenet, padded_text, text_model
 
     x, y = images()
-    expected = mobilenet()
+    expected = in_scope(local_strategy(2), mobilenet)
     start = expected.get_weights()
     keras_history = expected.fit(x, y, batch_size=16, epochs=3, shuffle=False, verbose=0)
     model = in_scope(local_strategy(2), mobilenet)
     model.set_weights(start)
     history = tfgpu.fit(model, x, y, batch_size=16, epochs=3, shuffle=False, verbose=0)
     ours, theirs = history.history["loss"], keras_history.history["loss"]
-    assert np.all(np.isfinite(ours)) and ours[-1] < ours[0] and theirs[-1] < theirs[0]  # both learn
-    assert ours == pytest.approx(theirs, rel=0.2)
+    assert np.all(np.isfinite(ours)) and ours[-1] < ours[0]  # it learns
+    assert ours == pytest.approx(theirs, rel=1e-3)
 
     x, y = padded_text()
     expected = text_model()

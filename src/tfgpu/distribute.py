@@ -15,6 +15,7 @@ The rules, in order (a name passed in, or TFGPU_STRATEGY, forces one):
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -128,9 +129,34 @@ def strategy(
     return built
 
 
+_BUILT: dict[tuple[Any, ...], Any] = {}  # (kind, devices, cluster) -> the strategy made for it
+
+
 def _build(picked: StrategyChoice, spec: cluster.ClusterSpec | None, *, serve: bool) -> Any:
+    """The strategy ``picked`` names, made once per process and reused.
+
+    A second MirroredStrategy over the same devices allocates collective keys of its own: a model
+    re-created and traced under a new one each ``tfgpu.fit`` call failed with "Shape mismatch in
+    the collective instance" once its trainable set changed; and MultiWorkerMirroredStrategy can
+    only be made once per process.
+    """
     import tensorflow as tf
 
+    if picked.kind == "parameter-server":
+        assert spec is not None
+        if spec.task_type in ("worker", "ps"):
+            return _parameter_server(tf, spec, serve=serve)
+    key = (
+        picked.kind,
+        picked.devices,
+        None if spec is None else (json.dumps(spec.cluster, sort_keys=True), spec.task_type, spec.task_index),
+    )
+    if key not in _BUILT:
+        _BUILT[key] = _make(tf, picked, spec, serve=serve)
+    return _BUILT[key]
+
+
+def _make(tf: Any, picked: StrategyChoice, spec: cluster.ClusterSpec | None, *, serve: bool) -> Any:
     if picked.kind == "parameter-server":
         assert spec is not None
         return _parameter_server(tf, spec, serve=serve)

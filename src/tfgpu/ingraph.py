@@ -54,7 +54,7 @@ def in_graph_loop(
         known = len(graph.get_operations())
         state = body(optional.get_value(), state, done)
         effects = [op for op in graph.get_operations()[known:] if op.op_def.is_stateful]
-        with tf.control_dependencies(effects + tf.nest.flatten(state)):
+        with tf.control_dependencies(effects + tf.nest.flatten(state, expand_composites=True)):
             stepped = tf.timestamp()
         done += 1
         optional, waited = tf.cond(

@@ -2,30 +2,60 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tfgpu.callable_module import make_callable
+from tfgpu.errors import ConfigError
 from tfgpu.predict.engine import PredictOptions, PredictResult
 from tfgpu.predict.engine import predict as predict_to_disk
 from tfgpu.predict.models import Predictor, load_predictor
 from tfgpu.predict.writers import read_output
 
 
-def predict(model: Any, input: Any, output: str | None = None, **options: Any) -> Any:
-    """Predict ``model`` on ``input``.
+def predict(
+    model: Any,
+    x: Any = None,
+    batch_size: int | None = None,
+    verbose: Any = "auto",
+    steps: int | None = None,
+    callbacks: Any = None,
+    *,
+    output: str | os.PathLike | None = None,
+    input: Any = None,
+    **options: Any,
+) -> Any:
+    """Predict ``model`` on ``x``.
 
-    With an ``output`` directory: the saved model (a path) over the input file or dataset
-    directory, each worker its part, streamed to disk in order and resumable (see
-    ``tfgpu.predict.engine.predict``; returns a PredictResult). Without one: a Keras model over
-    arrays in memory, as ``model.predict`` does, on every replica of its strategy (returns the
-    outputs as NumPy arrays in input order; keywords ``batch_size``, ``steps_per_execution``,
-    ``strategy``).
+    Without ``output``: ``Model.predict``'s arguments and result, on every replica of the
+    model's strategy: a Keras model over arrays (or a dict / list of arrays) or a
+    ``tf.data.Dataset`` of global batches, the outputs as NumPy arrays in input order (keywords
+    ``steps_per_execution``, ``strategy`` added). With an ``output`` directory: the saved model
+    (a path) over the input file or dataset directory ``x``, each worker its part, streamed to
+    disk in order and resumable (see ``tfgpu.predict.engine.predict``; returns a PredictResult;
+    keywords ``options``, ``strategy``, ``overwrite``...).
     """
+    x = input if x is None else x
+    if isinstance(batch_size, str | os.PathLike):
+        raise ConfigError(
+            "tfgpu.predict's third argument is batch_size, as in model.predict; the output directory "
+            "is a keyword",
+            value=str(batch_size),
+            fix=f"pass output={str(batch_size)!r}",
+        )
     if output is None:
         from tfgpu.predict.memory import predict_arrays
 
-        return predict_arrays(model, input, **options)
-    return predict_to_disk(model, input, output, **options)
+        return predict_arrays(
+            model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **options
+        )
+    if batch_size is not None or steps is not None or callbacks is not None:
+        raise ConfigError(
+            "batch_size, steps and callbacks are model.predict's; prediction to a directory takes options=",
+            value={"batch_size": batch_size, "steps": steps, "callbacks": callbacks},
+            fix="pass options=tfgpu.predict.PredictOptions(batch_size=...)",
+        )
+    return predict_to_disk(model, x, str(output), **options)
 
 
 __all__ = [

@@ -63,13 +63,13 @@ class PredictOptions:
                 value=(self.batch_size, self.rows_per_shard, self.steps_per_execution),
                 fix="pass e.g. --batch-size 256",
             )
-
-    def batches_per_call(self, batch: int) -> int:
-        return self.steps_per_execution or max(1, min(32, ROWS_PER_CALL // batch))
         if self.fmt not in writers.FORMATS:
             raise ConfigError(
                 "Unknown output format", value=self.fmt, fix=f"use one of {', '.join(writers.FORMATS)}"
             )
+
+    def batches_per_call(self, batch: int) -> int:
+        return self.steps_per_execution or max(1, min(32, ROWS_PER_CALL // batch))
 
 
 @dataclass

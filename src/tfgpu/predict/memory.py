@@ -15,6 +15,7 @@ from typing import Any
 
 from tfgpu import distribute, host
 from tfgpu.errors import ConfigError
+from tfgpu.ingraph import bounded
 
 DEFAULT_BATCH = 32  # Keras's
 DEFAULT_STEPS_PER_EXECUTION = 16
@@ -25,42 +26,86 @@ def predict_arrays(
     x: Any,
     *,
     batch_size: int | None = None,
+    verbose: Any = "auto",
+    steps: int | None = None,
+    callbacks: Any = None,
     steps_per_execution: int | None = None,
     strategy: Any = None,
 ) -> Any:
-    """The model's outputs for every row of ``x`` (an array or a dict / tuple of arrays), in order,
-    as NumPy arrays in the structure the model returns."""
+    """The model's outputs for every row of ``x`` (an array, a dict / list / tuple of arrays, or a
+    ``tf.data.Dataset`` of global batches), in order, as NumPy arrays in the structure the model
+    returns; up to ``steps`` batches. Keras's predict callbacks and progress bar are called once
+    per compiled call of K batches, as ``Model.predict`` calls them at ``steps_per_execution=K``."""
     import numpy as np
     import tensorflow as tf
 
     strategy = _strategy(model, strategy)
     replicas = int(strategy.num_replicas_in_sync)
     per_call = steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
-    batch = batch_size or DEFAULT_BATCH
-    if not isinstance(batch, int) or batch < 1 or not isinstance(per_call, int) or per_call < 1:
-        raise ConfigError(
-            "batch_size and steps_per_execution must be whole numbers of at least 1",
-            value={"batch_size": batch_size, "steps_per_execution": steps_per_execution},
-            fix="pass batch_size=256",
-        )
-    global_batch = -(-batch // replicas) * replicas
-    with tf.device("/cpu:0"):
-        tensors = tf.nest.map_structure(tf.convert_to_tensor, x)
-    rows = _rows(tensors)
+    _check_sizes(batch_size, per_call, steps, x)
+    if isinstance(x, tf.data.Dataset):
+        rows, dataset = None, bounded(x if steps is None else x.take(steps)).prefetch(tf.data.AUTOTUNE)
+    else:
+        batch = batch_size or DEFAULT_BATCH
+        global_batch = -(-batch // replicas) * replicas
+        with tf.device("/cpu:0"):
+            tensors = tf.nest.map_structure(tf.convert_to_tensor, tuple(x) if isinstance(x, list) else x)
+        rows = _rows(tensors)
+        if steps is not None:
+            rows = min(rows, steps * global_batch)
+        dataset = _batches(tensors, rows=rows, global_batch=global_batch)
     feed = distribute.input_strategy(strategy)
-    dataset = _batches(tensors, rows=rows, global_batch=global_batch)
     iterator = iter(dataset if feed is None else feed.experimental_distribute_dataset(dataset))
-    call = _compiled(strategy, model, iterator, per_call=per_call, spec=dataset.element_spec)
-    parts = []
+    call = _compiled(
+        strategy, model, iterator, per_call=per_call, spec=dataset.element_spec, arrays=rows is not None
+    )
+    listed = _callbacks(
+        callbacks, model=model, verbose=verbose, steps=None if rows is None else -(-rows // global_batch)
+    )
+    listed.on_predict_begin()
+    parts, done = [], 0
     with concurrent.futures.ThreadPoolExecutor(1) as copier:
         while True:
+            listed.on_predict_batch_begin(done)
             taken, outputs = call()
             if int(taken):  # a host-side counter: reading it does not wait for the device
                 parts.append(copier.submit(tf.nest.map_structure, lambda t: t.numpy(), outputs))
+                done += int(taken)
+                listed.on_predict_batch_end(done - 1, {"outputs": outputs})
             if int(taken) < per_call:
                 break
         arrays = [part.result() for part in parts]
+    listed.on_predict_end()
+    if not arrays:
+        raise ConfigError("x gave no batch to predict on", value=type(x).__name__, fix="pass data with rows")
     return tf.nest.map_structure(lambda *leaves: np.concatenate(leaves)[:rows], *arrays)
+
+
+def _check_sizes(batch_size: Any, per_call: Any, steps: Any, x: Any) -> None:
+    import tensorflow as tf
+
+    for name, value in (("batch_size", batch_size), ("steps_per_execution", per_call), ("steps", steps)):
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ConfigError(
+                f"{name} must be a whole number of at least 1",
+                value=value,
+                fix=f"pass {name}=256, or leave it unset",
+            )
+    if batch_size is not None and isinstance(x, tf.data.Dataset):
+        raise ConfigError(
+            "batch_size is set, but a tf.data.Dataset is batched already",
+            value=batch_size,
+            fix="leave batch_size unset and batch the dataset by the global batch",
+        )
+
+
+def _callbacks(callbacks: Any, *, model: Any, verbose: Any, steps: int | None) -> Any:
+    import keras
+
+    shown = 1 if verbose == "auto" else verbose
+    return keras.callbacks.CallbackList(
+        list(callbacks or []), add_progbar=shown != 0, verbose=shown, epochs=1, steps=steps, model=model
+    )
 
 
 def _strategy(model: Any, strategy: Any) -> Any:
@@ -83,6 +128,13 @@ def _strategy(model: Any, strategy: Any) -> Any:
             fix="create the model inside `with strategy.scope():`, or leave strategy unset",
         )
     return chosen
+
+
+def _x_of(spec: Any) -> Any:
+    """The model's input of a dataset element: Keras's unpacking of (x,), (x, y), (x, y, w)."""
+    if isinstance(spec, tuple) and 1 <= len(spec) <= 3:
+        return spec[0]
+    return spec
 
 
 def _rows(tensors: Any) -> int:
@@ -119,7 +171,7 @@ def _batches(tensors: Any, *, rows: int, global_batch: int) -> Any:
     )
 
 
-def _compiled(strategy: Any, model: Any, iterator: Any, *, per_call: int, spec: Any) -> Any:
+def _compiled(strategy: Any, model: Any, iterator: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:
     """fn() -> (batches taken, the outputs of up to ``per_call`` batches, on the device)."""
     import keras
     import tensorflow as tf
@@ -127,13 +179,17 @@ def _compiled(strategy: Any, model: Any, iterator: Any, *, per_call: int, spec: 
 
     from tfgpu.ingraph import growing_array, in_graph_loop, local_rows
 
+    # arrays are x alone; a dataset's elements are what Keras's predict_step unpacks: x, or (x, y...)
+    x_spec = spec if arrays else _x_of(spec)
     outputs = compute_output_spec(
-        model, tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), spec), training=False
+        model,
+        tf.nest.map_structure(lambda s: keras.KerasTensor(s.shape, s.dtype.name), x_spec),
+        training=False,
     )
 
-    def body(batch: Any, arrays: Any, index: Any) -> Any:
-        out = strategy.run(model.predict_step, args=((batch,),))
-        return tf.nest.map_structure(lambda a, o: a.write(index, local_rows(strategy, o)), arrays, out)
+    def body(batch: Any, results: Any, index: Any) -> Any:
+        out = strategy.run(model.predict_step, args=((batch,) if arrays else batch,))
+        return tf.nest.map_structure(lambda a, o: a.write(index, local_rows(strategy, o)), results, out)
 
     limit = tf.constant(per_call, tf.int32)
 

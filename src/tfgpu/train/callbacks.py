@@ -33,6 +33,7 @@ def callback_list(
     verbose: Any,
     epochs: int,
     steps: int | None,
+    history: bool = True,
 ) -> Any:
     """A Keras ``CallbackList`` with History (and the progress bar when ``verbose``), set on ``model``."""
     import keras
@@ -57,7 +58,7 @@ def callback_list(
         verbose = 0
     return keras.callbacks.CallbackList(
         given,
-        add_history=True,
+        add_history=history,
         add_progbar=verbose != 0,
         model=model,
         verbose=verbose,

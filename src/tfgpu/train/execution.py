@@ -28,17 +28,45 @@ from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
 
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (state, {key: fn})
+
+
+def compiled_state(model: Any) -> tuple[Any, ...]:
+    """What a compiled step of ``model`` was traced against: the compiled optimizer, loss and
+    metrics, and the variables it trains.
+
+    Keras drops its ``train_function`` on ``compile()``; a trace kept past it trains the old
+    variable list with the old optimizer (the transfer-learning guide's second phase: the base's
+    weights did not move, max change 0.0, while Keras trained them) and updates the old metrics.
+    Objects, not ids: an id can be reused once the old object is freed.
+    """
+    return (
+        getattr(model, "optimizer", None),
+        getattr(model, "_compile_loss", None),
+        getattr(model, "_compile_metrics", None),
+        *model.trainable_variables,
+    )
+
+
+def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def cached(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
-    """The compiled function ``key`` of ``model``, made once (as Keras keeps ``train_function``).
+    """The compiled function ``key`` of ``model``, made once per compiled state (as Keras keeps
+    ``train_function`` until the next ``compile()``).
 
     A new ``tf.function`` traces again: seconds per ``fit`` call on a GPU. The functions take the
     iterator as an argument, so a new dataset of the same structure reuses the trace. ``key``
-    holds the strategy (by identity) and the options the function closes over.
+    holds the strategy (by identity) and the options the function closes over; a change of
+    ``compiled_state`` (re-compiled, ``trainable`` changed) drops every function of the model.
     """
-    functions = _COMPILED.setdefault(model, {})
+    state = compiled_state(model)
+    entry = _COMPILED.get(model)
+    if entry is None or not _same(entry[0], state):
+        entry = (state, {})
+        _COMPILED[model] = entry
+    functions = entry[1]
     if key not in functions:
         functions[key] = make()
     return functions[key]
@@ -64,28 +92,118 @@ def _finite(strategy: Any, outputs: Any) -> Any:
     return tf.cast(ok, tf.float32)
 
 
+class StepLogs:
+    """What a step returned, as Keras reports it: the last step's outputs (the mean over this
+    worker's replicas, ``reduce_per_replica(..., "auto")``) unless their keys are the model's
+    metric names, when the metric results are reported instead (``_get_metrics_result_or_logs``).
+
+    A custom ``train_step`` returning ``{"loss": ..., "grad_norm": ...}`` gets both in Keras's
+    History; reading only the metric results dropped ``grad_norm``. The decision is made while
+    tracing; only when the keys differ is anything carried through the loop (an Optional whose
+    spec is set as the body is traced, as Keras's own multi-step loop does), so the usual step
+    costs nothing more.
+    """
+
+    def __init__(self, strategy: Any, model: Any) -> None:
+        import tensorflow as tf
+
+        self.strategy, self.model = strategy, model
+        self.empty = tf.experimental.Optional.empty(None)
+        self.carried = False
+        self._names: set[str] | None = None
+
+    def _metric_names(self) -> set[str]:
+        if self._names is None:
+            self._names = set(self.model.get_metrics_result())
+        return self._names
+
+    def start(self) -> Any:
+        """Call in the function's graph before the loop: the loop's initial value."""
+        self._metric_names()
+        return self.empty
+
+    def update(self, outputs: Any, previous: Any) -> Any:
+        """In the loop body: the step's outputs carried on, or ``previous`` when not needed."""
+        import tensorflow as tf
+
+        if isinstance(outputs, dict) and set(outputs) == self._metric_names():
+            return previous
+        self.carried = True
+        mean = tf.nest.map_structure(self._local_mean, outputs)
+        value = tf.experimental.Optional.from_value(mean)
+        self.empty._element_spec = value.element_spec
+        return value
+
+    def _local_mean(self, value: Any) -> Any:
+        import tensorflow as tf
+
+        parts = self.strategy.experimental_local_results(value)
+        return parts[0] if len(parts) == 1 else tf.reduce_mean(tf.stack(parts), axis=0)
+
+    def result(self, final: Any) -> Any:
+        """After the loop: the logs to report (the metric results when nothing was carried)."""
+        import tensorflow as tf
+
+        metrics = self.model.get_metrics_result()
+        if not self.carried:
+            return metrics
+        final._element_spec = self.empty.element_spec
+        spec = self.empty.element_spec
+        # no step taken (the data had ended): zeros of the logs' structure, never read
+        logs = tf.cond(
+            final.has_value(),
+            final.get_value,
+            lambda: tf.nest.map_structure(lambda s: tf.zeros([d or 0 for d in s.shape], s.dtype), spec),
+        )
+        return self._across_workers(logs)
+
+    def _across_workers(self, logs: Any) -> Any:
+        """Under several workers, every worker reports the same figures (the mean of each
+        worker's), so callbacks such as EarlyStopping decide alike everywhere: one all-reduce
+        per execution, only for carried logs."""
+        import tensorflow as tf
+
+        from tfgpu import distribute
+
+        if not distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy):
+            return logs
+
+        def mean(value: Any) -> Any:
+            if not value.dtype.is_floating:
+                return value
+            context = tf.distribute.get_replica_context()
+            return context.all_reduce(tf.distribute.ReduceOp.MEAN, value)
+
+        reduced = self.strategy.run(lambda: tf.nest.map_structure(mean, logs))
+        return tf.nest.map_structure(lambda v: self.strategy.experimental_local_results(v)[0], reduced)
+
+
 def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
     step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
+    step_logs = StepLogs(strategy, model)
 
     def body(batch: Any, state: Any, index: Any) -> Any:
-        finite_steps, examples = state
+        finite_steps, examples, last = state
         outputs = strategy.run(step, args=(batch,))
         # the logged loss is the epoch's running mean: non-finite from the first bad step on, so
         # the count of finite steps is that step's index (two scalar ops a step, no comparison)
-        return finite_steps + _finite(strategy, outputs), examples + tf.cast(
-            _rows(strategy, batch), tf.float32
+        return (
+            finite_steps + _finite(strategy, outputs),
+            examples + tf.cast(_rows(strategy, batch), tf.float32),
+            step_logs.update(outputs, last),
         )
 
     @tf.function
     def execute(iterator: Any, limit: Any) -> dict[str, Any]:
-        out = in_graph_loop(iterator, limit, body, (tf.constant(0.0), tf.constant(0.0)))
-        finite_steps, examples = out.pop("state")
+        start = (tf.constant(0.0), tf.constant(0.0), step_logs.start())
+        out = in_graph_loop(iterator, limit, body, start)
+        finite_steps, examples, last = out.pop("state")
         done = tf.cast(out["steps"], tf.float32)
         first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))
-        return {**out, "examples": examples, "first_bad": first_bad, "logs": model.get_metrics_result()}
+        return {**out, "examples": examples, "first_bad": first_bad, "logs": step_logs.result(last)}
 
     return execute
 
@@ -116,29 +234,42 @@ def example_counter(strategy: Any) -> Any:
 
 
 def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, Any], dict[str, Any]]:
-    """fn(iterator, limit) -> the model's metric results and the exact example count (``counter``,
-    from ``example_counter``) over up to ``limit`` batches, in one call. Reset both first."""
+    """fn(iterator, limit) -> the logs Keras's ``evaluate`` reports (``StepLogs``) and the exact
+    example count (``counter``, from ``example_counter``) over up to ``limit`` batches, in one
+    call. Reset both first."""
     import tensorflow as tf
+
+    step_logs = StepLogs(strategy, model)
+    shapes: list[Any] = []  # the test step's outputs, seen when tracing the branch that runs it
 
     def replica(batch: Any) -> Any:
         rows = tf.shape(tf.nest.flatten(batch)[0])[0]
 
         def run() -> Any:
-            with tf.control_dependencies(tf.nest.flatten(model.test_step(batch))):
-                return counter.assign_add(tf.cast(rows, tf.float32))
+            outputs = model.test_step(batch)
+            shapes[:] = [tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)]
+            with tf.control_dependencies(tf.nest.flatten(outputs)):
+                return counter.assign_add(tf.cast(rows, tf.float32)), outputs
+
+        def skip() -> Any:
+            empty = tf.nest.map_structure(lambda s: tf.zeros([d or 0 for d in s.shape], s.dtype), shapes[0])
+            return tf.constant(0.0), empty
 
         # the last batch can leave a replica with zero examples: its mean loss would be 0/0, and
         # some kernels (oneDNN Conv2D) reject an empty batch; it adds nothing to the metrics anyway
-        return tf.cond(rows > 0, run, lambda: tf.constant(0.0))
+        return tf.cond(rows > 0, run, skip)[1]
 
     def body(batch: Any, state: Any, index: Any) -> Any:
-        strategy.run(replica, args=(batch,))
-        return state
+        return step_logs.update(strategy.run(replica, args=(batch,)), state)
 
     @tf.function
     def evaluate(iterator: Any, limit: Any) -> dict[str, Any]:
-        out = in_graph_loop(iterator, limit, body, tf.constant(0))
-        return {"examples": counter.read_value(), "steps": out["steps"], "logs": model.get_metrics_result()}
+        out = in_graph_loop(iterator, limit, body, step_logs.start())
+        return {
+            "examples": counter.read_value(),
+            "steps": out["steps"],
+            "logs": step_logs.result(out["state"]),
+        }
 
     return evaluate
 

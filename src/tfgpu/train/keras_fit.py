@@ -124,17 +124,23 @@ def evaluate(
     model: Any,
     x: Any = None,
     y: Any = None,
-    *,
     batch_size: int | None = None,
+    verbose: Any = "auto",
     sample_weight: Any = None,
     steps: int | None = None,
     callbacks: Sequence[Any] | None = None,
-    return_dict: bool = True,
+    return_dict: bool = False,
+    *,
     strategy: Any = None,
-) -> dict[str, float] | list[float]:
-    """The compiled loss and metrics over every example of ``x``, as ``Model.evaluate`` returns
-    them (a dict; a list in the model's metric order with ``return_dict=False``), exact for any
-    dataset size on every replica and worker. ``x`` takes what ``tfgpu.fit`` takes."""
+) -> Any:
+    """``Model.evaluate`` on tfgpu's loop: the same arguments, defaults and result.
+
+    The result is Keras's: the loss alone (a float) for a model compiled without metrics, else a
+    list in Keras's order (``test_loss, test_acc = tfgpu.evaluate(...)``, as the guides write),
+    or a dict with ``return_dict=True``. What a custom ``test_step`` returns is what is reported.
+    Exact for any dataset size on every replica and worker; ``x`` takes what ``tfgpu.fit``
+    takes. ``verbose`` shows Keras's progress bar (on the chief only).
+    """
     from tfgpu import cluster, distribute
     from tfgpu.train import callbacks as callback_setup
     from tfgpu.train.evaluation import evaluator_for
@@ -145,6 +151,7 @@ def evaluate(
     per_replica = _per_replica(batch_size, int(strategy.num_replicas_in_sync), data)
     task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
     spec = cluster.from_environ()
+    is_chief = spec is None or spec.is_chief
     feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
     source = inputs.Input(
         data,
@@ -154,14 +161,32 @@ def evaluate(
         strategy=feed or strategy,
         direct=feed is None,
     )
+    shown = _verbose(verbose) if is_chief else 0
     listed = None
-    if callbacks:
+    if callbacks or shown:
         listed = callback_setup.callback_list(
-            callbacks, model=placed, is_chief=spec is None or spec.is_chief, verbose=0, epochs=1, steps=steps
+            callbacks,
+            model=placed,
+            is_chief=is_chief,
+            verbose=shown,
+            epochs=1,
+            steps=steps or source.steps_per_epoch,
+            history=False,
         )
     logs = evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed)
     logs.pop("examples")
-    return logs if return_dict else list(logs.values())
+    if return_dict:
+        return logs
+    return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure
+
+
+def _verbose(verbose: Any) -> int:
+    """Keras's ``verbose``: "auto" is 1 (a progress bar), 0 silent, 1 or 2 shown."""
+    if verbose == "auto":
+        return 1
+    if verbose not in (0, 1, 2) or isinstance(verbose, bool):
+        raise ConfigError("verbose must be 'auto', 0, 1 or 2", value=verbose, fix="pass verbose=0")
+    return int(verbose)
 
 
 # -- arguments -------------------------------------------------------------------------------------

@@ -130,7 +130,6 @@ class Trainer:
             choices.record("loss_scaling", "dynamic", "fp16 needs it (Keras's LossScaleOptimizer)")
         train_data, eval_data = _split(self.task)
         self._eval_source = eval_data
-        self._functions: dict[str, Any] = {}
         self._inputs: dict[str, inputs.Input] = {"train": self._input(train_data, training=True)}
         model_setup.build(self.model, self.strategy, self._inputs["train"].spec())
         # Python counters: reading or assigning mirrored variables every step costs device ops;
@@ -176,11 +175,10 @@ class Trainer:
         )
 
     def _function(self, name: str) -> Any:
-        """The compiled functions, built once per model and strategy (a new tf.function would retrace)."""
-        if name not in self._functions:
-            key = (name, id(self.strategy), self.options.jit_compile)
-            self._functions[name] = execution.cached(self.model, key, lambda: self._make_function(name))
-        return self._functions[name]
+        """The compiled functions, built once per model, strategy and compiled state (a new
+        tf.function would retrace; a re-compiled model needs a new one, see ``execution.cached``)."""
+        key = (name, id(self.strategy), self.options.jit_compile)
+        return execution.cached(self.model, key, lambda: self._make_function(name))
 
     def _make_function(self, name: str) -> Any:
         if name == "skip":

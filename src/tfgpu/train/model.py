@@ -97,33 +97,95 @@ def fits_strategy(model: Any, strategy: Any) -> bool:
     return strategy is tf.distribute.get_strategy()
 
 
+_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {id(strategy): _Copy}
+
+
+class _Copy:
+    """A model's copy in a strategy's scope, and the compiled state of the model it follows."""
+
+    def __init__(self, clone: Any, state: tuple[Any, ...]) -> None:
+        self.clone, self.state = clone, state
+
+
 def recreate(model: Any, strategy: Any) -> Any:
-    """A copy of ``model`` created and compiled in ``strategy``'s scope, with its weights.
+    """``model``'s copy in ``strategy``'s scope, holding ``model``'s weights now.
+
+    Made once per model and strategy (cloned, compiled from ``model``'s compile config) and kept:
+    its optimizer state and its traced functions last from one ``fit`` call to the next, as on
+    ``model`` itself under Keras. When ``model`` is re-compiled or its ``trainable`` flags change
+    (the transfer-learning guide's second phase), the copy follows: the flags copied layer by
+    layer, compiled again in the scope (a fresh optimizer, as Keras's ``compile`` makes). A new
+    clone each call would lose the optimizer's state between calls, trace again, and under
+    MirroredStrategy's collectives a second trace of a re-compiled clone failed ("Shape mismatch
+    in the collective instance").
 
     Sequential and functional models can be cloned; a subclassed model, or a compile
     configuration Keras cannot rebuild, is refused with the fix (create it in the scope).
     """
-    import keras
+    from tfgpu.train.execution import compiled_state
 
-    fix = "create and compile the model inside `with strategy.scope():` and pass that strategy"
     where = type(strategy).__name__
+    copies = _COPIES.setdefault(model, {})
+    state = compiled_state(model)
+    copy = copies.get(id(strategy))
     try:
-        config = model.get_compile_config()
-        with strategy.scope():
-            clone = keras.models.clone_model(model)
-            clone.set_weights(model.get_weights())
-            clone.compile_from_config(config)
+        if copy is None:
+            copy = copies[id(strategy)] = _Copy(_clone(model, strategy), state)
+            choices.record(
+                "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
+            )
+        elif not _same_state(copy.state, state):
+            _follow(copy.clone, model, strategy)
+            copy.state = state
+        copy.clone.set_weights(model.get_weights())
+    except ConfigError:
+        raise
     except Exception as exc:  # Keras raises several types for models it cannot clone
+        copies.pop(id(strategy), None)
         raise ConfigError(
             f"The model was created outside the {where}'s scope and cannot be re-created in it "
             f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})",
             value=model.name,
-            fix=fix,
+            fix="create and compile the model inside `with strategy.scope():` and pass that strategy",
         ) from None
-    choices.record(
-        "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
-    )
+    return copy.clone
+
+
+def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _clone(model: Any, strategy: Any) -> Any:
+    import keras
+
+    with strategy.scope():
+        clone = keras.models.clone_model(model)
+        _copy_trainable(model, clone)
+        clone.set_weights(model.get_weights())
+        clone.compile_from_config(model.get_compile_config())
     return clone
+
+
+def _follow(clone: Any, model: Any, strategy: Any) -> None:
+    """``model`` was re-compiled or had layers frozen or unfrozen: the clone does the same."""
+    _copy_trainable(model, clone)
+    with strategy.scope():
+        clone.compile_from_config(model.get_compile_config())
+
+
+def _copy_trainable(model: Any, clone: Any) -> None:
+    """Each layer's ``trainable`` flag, from ``model`` to its clone (the same layers in order)."""
+    clone.trainable = model.trainable
+    ours = list(model._flatten_layers(include_self=False))
+    theirs = list(clone._flatten_layers(include_self=False))
+    if len(ours) != len(theirs):
+        raise ConfigError(
+            "The model's copy in the strategy's scope does not have the model's layers",
+            value=f"{len(ours)} layers, copy {len(theirs)}",
+            fix="create and compile the model inside `with strategy.scope():` and pass that strategy",
+        )
+    for layer, copy in zip(ours, theirs, strict=True):
+        copy.trainable = layer.trainable
 
 
 def build(model: Any, strategy: Any, element_spec: Any) -> None:
@@ -131,6 +193,7 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
 
     A label shape the loss cannot take fails here, before any training, as one message.
     """
+    _adopt_optimizer(model, strategy)
     try:
         with strategy.scope():
             if not _built(model):
@@ -150,6 +213,26 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
             fix="give labels of the shape the loss expects for the model's output "
             "(e.g. integer class ids with sparse_categorical_crossentropy, one column per output unit otherwise)",
         ) from None
+
+
+def _adopt_optimizer(model: Any, strategy: Any) -> None:
+    """An optimizer made outside ``strategy``'s scope, not yet used, made again inside it.
+
+    The transfer-learning guide compiles a second time outside any scope; the optimizer then
+    holds variables of the default strategy (Keras's TF optimizer records the strategy it was made
+    under), and building its slots in the scope fails ("Mixing different tf.distribute.Strategy
+    objects"). Keras's own ``fit`` fails so too. An optimizer that has stepped is left alone: its
+    state would be lost.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    made_under = getattr(optimizer, "_distribution_strategy", strategy)
+    if optimizer is None or made_under is strategy or optimizer.built:
+        return
+    with strategy.scope():
+        model.optimizer = type(optimizer).from_config(optimizer.get_config())
+    choices.record(
+        "optimizer", f"made again in {type(strategy).__name__}'s scope", "it was compiled outside it"
+    )
 
 
 def _check_loss(model: Any, element_spec: Any) -> None:

@@ -74,9 +74,14 @@ class WindowFigures:
 
 
 def pythonify(logs: Any) -> dict[str, Any]:
-    """Metric results as Python numbers (lists for non-scalar results), as Keras's logs hold them."""
-    out = {}
-    for name, value in (logs or {}).items():
+    """Logs as Python numbers (lists for non-scalar results), as Keras's ``pythonify_logs``
+    makes them: in key order, nested dicts (a custom step returning ``metric.result()`` of
+    Keras's CompileMetrics) flattened into their keys."""
+    out: dict[str, Any] = {}
+    for name, value in sorted((logs or {}).items()):
+        if isinstance(value, dict):
+            out.update(pythonify(value))
+            continue
         array = value.numpy() if hasattr(value, "numpy") else value
         size = getattr(array, "size", 1)
         out[name] = float(array) if size == 1 else array.tolist()
