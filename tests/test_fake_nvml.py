@@ -56,3 +56,11 @@ def test_visible_follows_cuda_rules():
     assert [g.index for g in nvml.visible(report, "1,5,0")] == [1]  # stops at the first bad entry
     assert nvml.visible(report, "") == ()
     assert nvml.visible(report, "-1") == ()
+
+
+def test_blackwell_machines_report_their_compute_capability_and_an_r570_driver():
+    for machine, cc, cuda in (("rtx5090", (12, 0), "12.9"), ("b200x2", (10, 0), "12.8")):
+        report = nvml.probe(profile(machine))
+        assert {g.compute_capability for g in report.gpus} == {cc}, machine
+        assert report.cuda_driver_version == cuda
+        assert int(report.driver_version.split(".")[0]) >= 570  # the first branch that runs Blackwell

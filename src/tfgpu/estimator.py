@@ -29,23 +29,17 @@ from typing import Any
 
 from tfgpu import choices, cluster, distribute, env, runtime
 from tfgpu.config import RuntimeConfig
+from tfgpu.doctor.estimator_help import GUIDE, install_line
 from tfgpu.errors import ConfigError, InputError, TfgpuError
 from tfgpu.versions import parse_version
 
 log = logging.getLogger(__name__)
 
-GUIDE = "docs/migrating-from-estimator.md"
 _OWNED = ("train_distribute", "eval_distribute", "session_config", "tf_random_seed")
 
 
 class EstimatorUnavailableError(TfgpuError, RuntimeError):
     """tf.estimator cannot be used with the installed TensorFlow."""
-
-
-def install_line(tf_version: str) -> str:
-    """The pip command that adds tf.estimator to TensorFlow <= 2.15 (the minor versions must match)."""
-    major, minor = (*parse_version(tf_version), 0)[:2]
-    return f"pip install 'tensorflow-estimator=={major}.{minor}.*'"
 
 
 def require_estimator() -> Any:

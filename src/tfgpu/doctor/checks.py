@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfgpu import cluster, nvml, versions
-from tfgpu.doctor import known_issues
+from tfgpu.doctor import blackwell, known_issues
+from tfgpu.doctor.estimator_help import GUIDE, install_line
 from tfgpu.errors import ClusterError
-from tfgpu.estimator import GUIDE, install_line
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 INSTALL_GPU_TF = 'pip install "tfgpu[and-cuda]"'  # pulls "tensorflow[and-cuda]"
@@ -53,6 +53,30 @@ class Facts:
     @property
     def tf_gpu_count(self) -> int:
         return len(self.tf.get("gpus") or [])
+
+    @property
+    def tf_messages(self) -> list[str]:
+        """What TensorFlow said: its GPU-related log lines, then the errors of --deep's steps."""
+        deep = self.tf.get("deep") or {}
+        return list(self.tf.get("log_lines") or []) + list((deep.get("errors") or {}).values())
+
+    def installed_versions(self) -> dict[str, str]:
+        """The versions known issues are ranged over (see known_issues.PACKAGES); unknown ones left out."""
+        found = {"python": ".".join(map(str, self.python))}
+        if self.tf_ok:
+            found["tensorflow"] = self.tf["tensorflow"]
+            if self.tf.get("keras"):
+                found["keras"] = self.tf["keras"]
+        if self.nvml.available and self.nvml.driver_version:
+            found["driver"] = self.nvml.driver_version
+        return found
+
+    def installed_packages(self) -> frozenset[str]:
+        """Optional packages the TensorFlow probe found (tensorboard, xprof, tensorflow-estimator)."""
+        names = set(self.tf.get("packages") or ())
+        if self.tf.get("estimator_package"):
+            names.add("tensorflow-estimator")
+        return frozenset(names)
 
     def to_dict(self) -> dict[str, Any]:
         from tfgpu import __version__
@@ -300,6 +324,36 @@ def check_compute_capability(f: Facts) -> list[CheckResult]:
     return results
 
 
+def check_blackwell(f: Facts) -> list[CheckResult]:
+    """Blackwell GPUs (compute capability >= 10.0) on a TensorFlow built before them: plain ops only
+    through the driver's PTX JIT, XLA not at all (facts and sources in doctor.blackwell)."""
+    build = f.tf.get("build") or {}
+    if not (f.tf_ok and f.tf.get("cuda_build")):
+        return []
+    compiled = build.get("cuda_compute_capabilities") or []
+    cuda = str(build.get("cuda_version") or "")
+    results = []
+    for gpu in f.visible_gpus:
+        if not blackwell.is_blackwell(gpu.compute_capability):
+            continue
+        name = f"gpu:{gpu.index}-blackwell"
+        if blackwell.built_for(gpu.compute_capability, compiled, cuda):
+            finding = f"{gpu.name} (compute capability {gpu.cc_text}): TensorFlow is built for it (CUDA {cuda or '?'}, {', '.join(compiled)})"
+            results.append(CheckResult(name, OK, finding))
+            continue
+        finding = (
+            f"{gpu.name} (compute capability {gpu.cc_text}, Blackwell) is newer than this TensorFlow "
+            f"(CUDA {cuda or '?'}, built for {', '.join(compiled) or '?'}): plain ops can run only through the "
+            "driver's JIT of older PTX (slow first start; some kernels fail with CUDA_ERROR_INVALID_PTX), and "
+            "XLA (jit_compile=True) fails: its PTX does not support this GPU"
+        )
+        logged = blackwell.cause_in(f.tf_messages)
+        if logged:
+            finding += f"; seen here: {logged[0]} (TensorFlow said: {logged[1][:160]})"
+        results.append(CheckResult(name, FAIL if logged else WARN, finding, blackwell.FIX))
+    return results
+
+
 def check_cuda_visible_devices(f: Facts) -> CheckResult:
     value = f.environ.get("CUDA_VISIBLE_DEVICES")
     if value is None:
@@ -365,6 +419,13 @@ def _cause_from_logs(lines: list[str]) -> tuple[str, str] | None:
     return None
 
 
+def _blackwell_cause(f: Facts) -> tuple[str, str] | None:
+    found = blackwell.cause_in(f.tf.get("log_lines") or [])
+    if not found:
+        return None
+    return f"{found[0]} (TensorFlow logged: {found[1][:160]})", blackwell.FIX
+
+
 def check_tensorflow_gpus(f: Facts) -> CheckResult:
     """The headline: is TensorFlow using the GPUs, and if not, why."""
     name = "tensorflow-gpus"
@@ -395,7 +456,7 @@ def check_tensorflow_gpus(f: Facts) -> CheckResult:
         return CheckResult(
             name, FAIL, f"TensorFlow sees 0 of {expected} GPU(s): it is a CPU-only build", INSTALL_GPU_TF
         )
-    cause = _cause_from_logs(f.tf.get("log_lines") or [])
+    cause = _cause_from_logs(f.tf.get("log_lines") or []) or _blackwell_cause(f)
     finding = f"TensorFlow sees {seen} of the {expected} GPU(s) NVML reports"
     if cause:
         return CheckResult(name, FAIL, f"{finding}: {cause[0]}", cause[1])
@@ -436,15 +497,17 @@ def check_mixed_precision(f: Facts) -> CheckResult:
 
 
 def check_known_issues(f: Facts) -> list[CheckResult]:
+    """Each known problem the installed versions have, with the range that makes it apply."""
     if not f.tf_ok:
         return []
-    found = known_issues.applicable(
-        f.tf["tensorflow"],
-        f.tf.get("keras"),
-        estimator_package=bool(f.tf.get("estimator_package")),
-        installed=frozenset(f.tf.get("packages", ())),
-    )
-    return [CheckResult(f"known:{i.key}", WARN, i.title, f"{i.fix} (see {i.link})") for i in found]
+    installed = f.installed_versions()
+    results = []
+    for issue in known_issues.applicable(installed, packages=f.installed_packages()):
+        have = ", ".join(f"{a.package} {installed[a.package]}" for a in issue.affects)
+        links = issue.source + (f"; fixed by {issue.fixed_by}" if issue.fixed_by else "")
+        finding = f"{issue.title} [affects {issue.ranges()}; installed: {have}]"
+        results.append(CheckResult(f"known:{issue.key}", WARN, finding, f"{issue.fix} (see {links})"))
+    return results
 
 
 def check_estimator(f: Facts) -> CheckResult | None:
@@ -502,6 +565,45 @@ def check_environment(f: Facts) -> list[CheckResult]:
     return results
 
 
+def _deep_replicas(rep: dict[str, Any]) -> list[CheckResult]:
+    if not rep:
+        return []
+    single, multi = rep.get("single", []), rep.get("replicated", [])
+    if rep.get("finite") and rep.get("agree"):
+        return [
+            CheckResult(
+                "replicas",
+                OK,
+                f"{rep.get('replicas', 2)} replicas ({', '.join(rep['devices'])}) match 1 over {len(single)} steps (last loss {single[-1]:.5f})",
+            )
+        ]
+    return [
+        CheckResult(
+            "replicas",
+            FAIL,
+            f"2-replica losses {multi} differ from 1-replica losses {single}",
+            "report it with `tfgpu doctor --deep --json`; train with tfgpu.Trainer and compare against one device",
+        )
+    ]
+
+
+def _deep_errors(errors: dict[str, str]) -> list[CheckResult]:
+    """A --deep step that raised (or killed the probe): TensorFlow's words, and the cause when known."""
+    results = []
+    for step, error in errors.items():
+        known = blackwell.cause_in([error])
+        finding = f"the --deep {step} step failed: {error[:300]}"
+        if known:
+            results.append(CheckResult(f"deep:{step}", FAIL, f"{finding}; cause: {known[0]}", blackwell.FIX))
+        else:
+            results.append(
+                CheckResult(
+                    f"deep:{step}", FAIL, finding, "report it with the output of `tfgpu doctor --deep --json`"
+                )
+            )
+    return results
+
+
 def check_deep(f: Facts) -> list[CheckResult]:
     deep = f.tf.get("deep")
     if not deep:
@@ -512,29 +614,21 @@ def check_deep(f: Facts) -> list[CheckResult]:
             OK,
             f"{m['gflops']:.1f} GFLOP/s on a {m['size']}x{m['size']} float32 matmul",
         )
-        for m in deep.get("matmul", [])
+        for m in deep.get("matmul") or []
     ]
-    rep = deep.get("replicas") or {}
-    if rep:
-        single, multi = rep.get("single", []), rep.get("replicated", [])
-        if rep.get("finite") and rep.get("agree"):
-            results.append(
-                CheckResult(
-                    "replicas",
-                    OK,
-                    f"{rep.get('replicas', 2)} replicas ({', '.join(rep['devices'])}) match 1 over {len(single)} steps (last loss {single[-1]:.5f})",
-                )
+    results += _deep_replicas(deep.get("replicas") or {})
+    xla = deep.get("xla")
+    if xla:
+        status = OK if xla.get("ok") else FAIL
+        results.append(
+            CheckResult(
+                "xla",
+                status,
+                f"XLA (jit_compile=True) on {xla['device']}: "
+                + ("compiles and gives the right answer" if xla.get("ok") else "wrong answer"),
             )
-        else:
-            results.append(
-                CheckResult(
-                    "replicas",
-                    FAIL,
-                    f"2-replica losses {multi} differ from 1-replica losses {single}",
-                    "report it with `tfgpu doctor --deep --json`; train with tfgpu.Trainer and compare against one device",
-                )
-            )
-    return results
+        )
+    return results + _deep_errors(deep.get("errors") or {})
 
 
 CHECKS: tuple[Callable[[Facts], CheckResult | list[CheckResult] | None], ...] = (
@@ -547,6 +641,7 @@ CHECKS: tuple[Callable[[Facts], CheckResult | list[CheckResult] | None], ...] = 
     check_gpus,
     check_driver_cuda,
     check_compute_capability,
+    check_blackwell,
     check_cuda_visible_devices,
     check_mixed_precision,
     check_environment,

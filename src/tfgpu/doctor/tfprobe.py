@@ -35,6 +35,8 @@ LOG_PATTERNS = (
     r"CUDA_ERROR_\w+",
     r"Loaded runtime CuDNN library",
     r"TensorFlow was not built with CUDA",
+    r"not built with CUDA kernel binaries compatible",  # a GPU newer than the build (Blackwell)
+    r"PTX version [\d.]+ does not support",  # XLA on a GPU newer than its PTX (Blackwell)
 )
 _LOG_RE = re.compile("|".join(LOG_PATTERNS))
 
@@ -60,14 +62,35 @@ def run_probe(*, deep: bool = False, timeout: float = 300.0) -> dict[str, Any]:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     except subprocess.TimeoutExpired:
         return {"ok": False, "error": f"the TensorFlow probe did not finish in {timeout:.0f} s"}
-    lines = interesting_lines(done.stderr)
-    try:
-        result = json.loads(done.stdout.strip().splitlines()[-1])
-    except (IndexError, json.JSONDecodeError):
-        tail = done.stderr.strip().splitlines()[-3:]
-        result = {"ok": False, "error": "the TensorFlow probe crashed: " + " | ".join(tail)}
-    result["log_lines"] = lines
+    return parse_output(done.stdout, done.stderr, deep=deep)
+
+
+def parse_output(stdout: str, stderr: str, *, deep: bool) -> dict[str, Any]:
+    """The probe's result from its output.
+
+    The child prints its result once after the basic facts and again with --deep's results, so a
+    deep step that kills the process (XLA's LLVM aborts on a GPU it does not know) still leaves the
+    basic facts, and the crash is reported as the deep step's error.
+    """
+    tail = " | ".join(stderr.strip().splitlines()[-3:])
+    results = [_json_object(line) for line in stdout.strip().splitlines()]
+    results = [r for r in results if r is not None]
+    if not results:
+        result: dict[str, Any] = {"ok": False, "error": "the TensorFlow probe crashed: " + tail}
+    else:
+        result = results[-1]
+        if deep and result.get("ok") and "deep" not in result:
+            result["deep"] = {"errors": {"probe": "the deep probe crashed: " + tail}}
+    result["log_lines"] = interesting_lines(stderr)
     return result
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _gather(tf: Any) -> dict[str, Any]:
@@ -129,27 +152,59 @@ def _matmul_rates(tf: Any) -> list[dict[str, Any]]:
     return rates
 
 
+def _xla(tf: Any) -> dict[str, Any] | None:
+    """Compile and run one small function with XLA on the first GPU (None without a GPU).
+
+    On a GPU newer than TensorFlow's CUDA (Blackwell on a CUDA 12.5 build) this is the step that
+    fails, while plain ops may still run through the driver's PTX JIT.
+    """
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        return None
+    with tf.device(gpus[0].name):
+        double_sum = tf.function(lambda x: tf.reduce_sum(x * 2.0), jit_compile=True)
+        value = float(double_sum(tf.ones((64, 64))))
+    return {"device": gpus[0].name, "ok": value == 2.0 * 64 * 64}
+
+
+def _deep(tf: Any) -> dict[str, Any]:
+    """--deep's measurements; a step that raises is reported under errors, the others still run."""
+    steps = (("matmul", _matmul_rates), ("replicas", selfcheck.replica_agreement), ("xla", _xla))
+    deep: dict[str, Any] = {"errors": {}}
+    for name, step in steps:
+        try:
+            deep[name] = step(tf)
+        except Exception as exc:  # data for the parent: which step failed, and TensorFlow's words
+            deep["errors"][name] = f"{type(exc).__name__}: {exc}"[:2000]
+    return deep
+
+
+def _split_devices(tf: Any) -> None:
+    """Two logical devices for the replica check, so it runs the GPU's (or CPU's) own path."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) == 1:
+        half = tf.config.LogicalDeviceConfiguration(memory_limit=DEEP_GPU_MB)
+        tf.config.set_logical_device_configuration(gpus[0], [half, half])
+    elif not gpus:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
 def main(argv: list[str]) -> int:
     deep = "--deep" in argv
     try:
-        if deep:
-            import tensorflow as tf
-
-            gpus = tf.config.list_physical_devices("GPU")
-            if len(gpus) == 1:  # two replicas on the one GPU, so the check runs the GPU's path
-                half = tf.config.LogicalDeviceConfiguration(memory_limit=DEEP_GPU_MB)
-                tf.config.set_logical_device_configuration(gpus[0], [half, half])
-            elif not gpus:
-                cpu = tf.config.list_physical_devices("CPU")[0]
-                tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
         import tensorflow as tf
 
-        result = _gather(tf)
         if deep:
-            result["deep"] = {"matmul": _matmul_rates(tf), "replicas": selfcheck.replica_agreement(tf)}
+            _split_devices(tf)
+        result = _gather(tf)
     except Exception as exc:  # reported to the parent as data, not a crash
-        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    print(json.dumps(result, default=str))
+        print(json.dumps({"ok": False, "error": f"{type(exc).__name__}: {exc}"}, default=str), flush=True)
+        return 0
+    print(json.dumps(result, default=str), flush=True)  # kept if a deep step kills the process
+    if deep:
+        result["deep"] = _deep(tf)
+        print(json.dumps(result, default=str), flush=True)
     return 0
 
 

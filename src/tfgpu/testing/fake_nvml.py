@@ -29,7 +29,9 @@ GPU_MODELS: dict[str, tuple[str, tuple[int, int], int, bool]] = {
     "t4": ("Tesla T4", (7, 5), 15360, False),
     "p100": ("Tesla P100-PCIE-16GB", (6, 0), 16384, False),
     "k80": ("Tesla K80", (3, 7), 11441, False),
+    # Blackwell: 12.0 (RTX 50xx, RTX PRO 6000 Blackwell) and 10.0 (B200, GB200), newer than TF 2.21's build
     "rtx5090": ("NVIDIA GeForce RTX 5090", (12, 0), 32607, False),
+    "b200": ("NVIDIA B200", (10, 0), 183359, True),
 }
 
 
@@ -153,8 +155,10 @@ class FakeNvml:
 
 
 def profile(name: str) -> FakeNvml:
-    """Ready-made machines for tests: 'h100x2', 'a100', 't4', 'k80', 'rtx5090', 'old-driver',
-    'no-driver', 'driver-not-loaded', 'mig', 'busy'."""
+    """Ready-made machines for tests: 'h100x2', 'a100', 't4', 'v100', 'p100', 'k80', 'rtx5090',
+    'b200x2', 'old-driver', 'no-driver', 'driver-not-loaded', 'mig', 'busy'.
+
+    Blackwell machines carry R570+ drivers (the first branch that runs Blackwell, CUDA 12.8)."""
     profiles = {
         "h100x2": lambda: FakeNvml([FakeGpu("h100"), FakeGpu("h100")], driver="550.54.15", cuda=12040),
         "a100": lambda: FakeNvml([FakeGpu("a100", used_mib=4)], driver="535.183.01", cuda=12020),
@@ -163,6 +167,7 @@ def profile(name: str) -> FakeNvml:
         "p100": lambda: FakeNvml([FakeGpu("p100")], driver="535.183.01", cuda=12020),
         "k80": lambda: FakeNvml([FakeGpu("k80")], driver="470.256.02", cuda=11040),
         "rtx5090": lambda: FakeNvml([FakeGpu("rtx5090")], driver="575.57.08", cuda=12090),
+        "b200x2": lambda: FakeNvml([FakeGpu("b200"), FakeGpu("b200")], driver="570.124.06", cuda=12080),
         "old-driver": lambda: FakeNvml([FakeGpu("a100")], driver="470.256.02", cuda=11040),
         "mig": lambda: FakeNvml([FakeGpu("a100", mig=True)], driver="535.183.01", cuda=12020),
         "busy": lambda: FakeNvml(
