@@ -186,10 +186,10 @@ def test_one_service_over_two_hosts(tmp_path):
     """A hosts file of two nodes (both this machine): node 0 runs the dispatcher and a worker,
     node 1 a worker that joins it; the dispatcher knows both addresses, so static sharding
     gives every row once across the two nodes' workers."""
-    from tfgpu.data.service import _free_port
+    from tfgpu.ports import free_ports
 
     (tmp_path / "hosts").write_text("localhost\n# the same machine, as a second node\nlocalhost\n")
-    port = _free_port("localhost")
+    port = free_ports(1)[0]
     nodes = [
         subprocess.Popen(
             [

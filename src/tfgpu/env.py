@@ -138,10 +138,3 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         VERBOSE_VARIABLE,
     }
     return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)
-
-
-def launch_attempt(environ: Mapping[str, str] | None = None) -> int:
-    """How many times `tfgpu launch` restarted this process's cluster (0 on the first run)."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get(ATTEMPT_VARIABLE, "0").strip() or "0"
-    return _parse(ATTEMPT_VARIABLE, raw, "int")

@@ -98,10 +98,10 @@ def load_model(reference: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import tfgpu
+    from tfgpu import runtime
     from tfgpu.diagnose import diagnose
 
-    tfgpu.configure()
+    runtime.configure()
     if args.steps < 5:
         raise ConfigError("--steps must be at least 5", value=args.steps, fix="pass --steps 40")
     if args.service_workers and not args.apply:
@@ -128,8 +128,8 @@ def run(args: argparse.Namespace) -> int:
 
         save_run(args.run_dir, "diagnose", data)
     if args.html:
-        from tfgpu.diagnose.report import sections
         from tfgpu.report import render, write
+        from tfgpu.report.diagnosis import sections
 
         write(args.html, render("tfgpu diagnose", sections(data), subtitle=f"dataset {args.dataset}"))
     still_bound = bool(

@@ -52,11 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import tfgpu
-    from tfgpu import choices
+    from tfgpu import choices, runtime
     from tfgpu.predict import PredictOptions, predict
 
-    tfgpu.configure()
+    runtime.configure()
     options = PredictOptions(
         batch_size=args.batch_size,
         fmt=args.format,

@@ -25,11 +25,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import tensorflow as tf
 
-    import tfgpu
+    from tfgpu import runtime
     from tfgpu.cli.diagnose import load_dataset, load_model, parse_duration
     from tfgpu.diagnose.device import ModelDevice, SimulatedDevice
 
-    tfgpu.configure()
+    runtime.configure()
     dataset = load_dataset(args.dataset)
     device = (
         ModelDevice(load_model(args.model)) if args.model else SimulatedDevice(parse_duration(args.step_time))

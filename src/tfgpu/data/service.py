@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tfgpu import ports
 from tfgpu.errors import ConfigError, InputError
 from tfgpu.workers import host_only_env
 
@@ -92,30 +93,9 @@ class ServiceOptions:
             )
 
 
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
 def _node_worker_ports(port: int, workers: int, rank: int) -> list[int]:
     """Node ``rank``'s worker ports in a cluster: after the dispatcher's, node by node."""
     return [port + 1 + rank * workers + i for i in range(workers)]
-
-
-def _check_free(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        # A listener holds the port; connections closed a moment ago (TIME_WAIT, after a restart
-        # on the same work directory) do not, and gRPC binds over them.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            raise ConfigError(
-                f"Port {port} is already in use on {host}",
-                value=port,
-                fix="stop what holds it, or pass another --port (0 picks a free one)",
-            ) from None
 
 
 class DataService:
@@ -148,9 +128,13 @@ class DataService:
         import tensorflow as tf
 
         self.port, self.worker_ports = self._cluster_ports() if self.options.hosts else self._ports()
-        local = "localhost" if self.options.hosts else self.host
         for port in ((self.port,) if self.runs_dispatcher else ()) + tuple(self.worker_ports):
-            _check_free(local, port)
+            if ports.in_use(port):
+                raise ConfigError(
+                    f"Port {port} is already in use on this host",
+                    value=port,
+                    fix="stop what holds it, or pass another --port (0 picks a free one)",
+                )
         if self.options.work_dir:
             _save_ports(self.options.work_dir, self.port, self.worker_ports)
         if self.runs_dispatcher:
@@ -202,8 +186,10 @@ class DataService:
                 value=wanted,
                 fix=f"pass --workers {len(kept[1])} to restart it, or another --work-dir for a new service",
             )
-        port = self.options.port or (kept[0] if kept else _free_port(host))
-        return port, kept[1] if kept else [_free_port(host) for _ in range(wanted)]
+        if kept:
+            return self.options.port or kept[0], kept[1]
+        free = ports.free_ports(1 + wanted, host)
+        return self.options.port or free[0], free[1:]
 
     def _cluster_ports(self) -> tuple[int, list[int]]:
         port = self.options.port or DEFAULT_CLUSTER_PORT

@@ -113,7 +113,3 @@ def together_in_graph(
     ]
     examples = sum(float(o["examples"]) for o in outputs)
     return TogetherRun(examples / wall, min(1.0, sum(waits) / wall), 0.0, timeline)
-
-
-def median_of(function: Any, repeats: int) -> float:
-    return float(np.median([function() for _ in range(repeats)]))

@@ -6,18 +6,15 @@
 
 from __future__ import annotations
 
-import errno
 import os
-import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfgpu import nvml
+from tfgpu import nvml, ports
 from tfgpu.errors import ConfigError
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan, expand_hostlist, make_plan
 from tfgpu.launch.spec import LaunchConfig
 from tfgpu.launch.supervisor import LaunchResult, Supervisor
-from tfgpu.testing.processes import free_ports
 
 __all__ = [
     "LaunchConfig",
@@ -37,7 +34,7 @@ def plan_launch(
     environ = os.environ if environ is None else environ
     report = nvml.probe(nvml_module)
     inventory = nvml.visible(report, environ.get("CUDA_VISIBLE_DEVICES"))
-    return make_plan(config, inventory=inventory, environ=environ, free_ports=free_ports)
+    return make_plan(config, inventory=inventory, environ=environ, free_ports=ports.free_ports)
 
 
 def check_ports(plan: LaunchPlan) -> None:
@@ -47,17 +44,12 @@ def check_ports(plan: LaunchPlan) -> None:
     for process in plan.local:
         address = plan.cluster[process.role][process.index]
         port = int(address.rpartition(":")[2])
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("", port))
-            except OSError as exc:
-                if exc.errno != errno.EADDRINUSE:
-                    raise
-                raise ConfigError(
-                    f"Port {port} for {process.label} is already in use on this node",
-                    value=address,
-                    fix="stop what holds it, or pass another --port",
-                ) from None
+        if ports.in_use(port):
+            raise ConfigError(
+                f"Port {port} for {process.label} is already in use on this node",
+                value=address,
+                fix="stop what holds it, or pass another --port",
+            )
 
 
 def launch(

@@ -191,27 +191,6 @@ class TableInput(InputSource):
         return ds if batch is None else ds.batch(batch)
 
 
-def _rebatch(
-    chunks: Iterator[tuple[np.ndarray, dict[str, Any]]], batch: int
-) -> Iterator[tuple[np.ndarray, dict[str, Any]]]:
-    """Re-cut (ids, columns) chunks of any size into batches of exactly ``batch`` rows (last shorter)."""
-    held_ids: list[np.ndarray] = []
-    held: list[dict[str, Any]] = []
-    count = 0
-    for ids, values in chunks:
-        held_ids.append(ids)
-        held.append(values)
-        count += len(ids)
-        while count >= batch:
-            all_ids = np.concatenate(held_ids)
-            merged = {k: np.concatenate([h[k] for h in held]) for k in held[0]}
-            yield all_ids[:batch], {k: v[:batch] for k, v in merged.items()}
-            held_ids, held = [all_ids[batch:]], [{k: v[batch:] for k, v in merged.items()}]
-            count -= batch
-    if count:
-        yield np.concatenate(held_ids), {k: np.concatenate([h[k] for h in held]) for k in held[0]}
-
-
 def _example(row: dict[str, Any], columns: dict[str, Column]) -> bytes:
     import tensorflow as tf
 

@@ -17,6 +17,7 @@ import tfgpu
 from tfgpu.errors import InputError
 from tfgpu.files import write_json_atomic
 from tfgpu.report import plots
+from tfgpu.report.diagnosis import sections as diagnose_sections
 from tfgpu.report.html import Section, render, write
 
 RUN_FILE = "run.json"
@@ -169,8 +170,6 @@ def prediction_section(
 
 
 def sections_for(record: dict[str, Any]) -> list[Section]:
-    from tfgpu.diagnose.report import sections as diagnose_sections
-
     kind, data = record["kind"], record["data"]
     if kind == "train":
         return [training_section(data)]

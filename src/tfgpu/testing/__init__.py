@@ -12,6 +12,7 @@ Functions are named as ``"module:function"`` and must be importable in the child
 bodies in a module on ``sys.path``); arguments and results travel by pickle.
 """
 
-from tfgpu.testing.processes import ProcessFailed, free_ports, run_cluster, run_on_logical_cpus
+from tfgpu.ports import free_ports
+from tfgpu.testing.processes import ProcessFailed, run_cluster, run_on_logical_cpus
 
 __all__ = ["ProcessFailed", "free_ports", "run_cluster", "run_on_logical_cpus"]

@@ -15,9 +15,9 @@ import sys
 def main(argv: list[str]) -> int:
     target, args_path, result_path = argv
     if os.environ.get("TFGPU_LOGICAL_CPUS"):
-        import tfgpu
+        from tfgpu import runtime
 
-        tfgpu.configure()
+        runtime.configure()
     module_name, _, function_name = target.partition(":")
     function = getattr(importlib.import_module(module_name), function_name)
     with open(args_path, "rb") as handle:

@@ -5,31 +5,20 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tfgpu.ports import free_ports
+
 
 class ProcessFailed(RuntimeError):
     """A child process exited with an error; the message holds its last output lines."""
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports that were free a moment ago on localhost."""
-    with ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind(("localhost", 0))
-            ports.append(sock.getsockname()[1])
-        return ports
 
 
 @dataclass

@@ -1,10 +1,15 @@
-"""Report sections for a Diagnosis (used by ``tfgpu diagnose --html`` and ``tfgpu report``)."""
+"""Report sections for a Diagnosis (used by ``tfgpu diagnose --html`` and ``tfgpu report``).
+
+They live with the report, not with diagnose: they read a recorded ``Diagnosis.to_dict()``, so the
+report sits above diagnose and diagnose never imports the report.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tfgpu.report import Section, plots
+from tfgpu.report import plots
+from tfgpu.report.html import Section
 
 
 def sections(result: dict[str, Any], *, title: str = "Bottleneck") -> list[Section]:

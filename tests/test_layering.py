@@ -1,0 +1,250 @@
+"""tfgpu's layering, held by reading the imports (neither tfgpu nor TensorFlow is imported):
+
+    base modules < runtime/distribute (doctor and launch beside them) < data < train
+    < diagnose/predict/estimator < report/demo < cli, with ``tfgpu.testing`` used by tests only.
+
+A module imports from its own layer or a lower one, never a higher one; two packages of one layer
+(above the base) do not import each other unless ``SIBLINGS`` says why; library code names the
+module that defines what it uses, never the package root's lazy public names (``tfgpu.strategy()``
+from inside tfgpu hides a dependency from the reader and from this test; ``tfgpu.__version__`` is
+the root's own constant and is fine). Every import counts: at module level and inside functions,
+where tfgpu defers TensorFlow's. Use of private names across modules is not checked here.
+
+A module that fits no layer fails ``test_every_module_has_a_layer``: place it in ``LAYERS``.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SRC = ROOT / "src"
+PACKAGE = SRC / "tfgpu"
+
+# lowest first; each name is a top-level module or package of tfgpu
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    # Imports nothing above itself: parsing, checking, probing without TensorFlow's devices, and
+    # small helpers that any layer may use. Modules of the base import each other freely.
+    (
+        "base",
+        frozenset(
+            {
+                "__version__",  # the package root's constant, which run records carry
+                "callable_module",
+                "choices",
+                "cluster",
+                "config",
+                "env",
+                "errors",
+                "files",
+                "host",
+                "ingraph",
+                "loader",
+                "monitor",
+                "nvml",
+                "ports",
+                "quiet",
+                "selfcheck",
+                "usercode",
+                "verdict",
+                "versions",
+                "workers",
+            }
+        ),
+    ),
+    # The process and its devices: apply settings, pick the strategy; doctor probes them
+    # read-only (TensorFlow in a child process), launch starts processes with TF_CONFIG.
+    ("runtime/distribute", frozenset({"runtime", "distribute", "doctor", "launch"})),
+    ("data", frozenset({"data"})),
+    ("train", frozenset({"train"})),
+    ("diagnose/predict/estimator", frozenset({"diagnose", "predict", "estimator"})),
+    ("report/demo", frozenset({"report", "demo"})),
+    ("cli", frozenset({"cli"})),
+    # Outside the library: the package root (lazy public names, for users) and tfgpu.testing
+    # (for tests). They may use every layer; no layer may import them.
+    ("outside", frozenset({"__init__", "testing"})),
+)
+
+# (importer, imported) packages of one layer that may import each other, and why
+SIBLINGS = {
+    ("estimator", "predict"): "estimator's prediction on every GPU is predict's engine",
+    ("demo", "report"): "the demo ends in a report of its own run",
+}
+
+# Leaks in files this change could not edit; their owners remove them, and then the entry here.
+# (importer's path, what it imports); a new leak fails, and so does an entry that no longer occurs.
+KNOWN_LEAKS: set[tuple[str, str]] = set()  # (module, import): leaks kept on purpose, each with why
+
+
+@dataclass(frozen=True)
+class Leak:
+    path: str  # relative to src/, as "tfgpu/x.py"
+    line: int
+    target: str  # what it imports: a module, or tfgpu.NAME reached through the package root
+    why: str
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.path, self.target
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line} imports {self.target} ({self.why})"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def is_module(dotted: str) -> bool:
+    """Whether ``dotted`` (tfgpu.x.y) is a module or package on disk, not a name inside one."""
+    base = SRC.joinpath(*dotted.split("."))
+    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
+
+
+def root_exports() -> dict[str, str]:
+    """The package root's lazy public names -> the module that defines each (from its _EXPORTS)."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "_EXPORTS":
+            return {name: module for name, (module, _) in ast.literal_eval(node.value).items()}
+    raise AssertionError("src/tfgpu/__init__.py has no _EXPORTS table")
+
+
+def tfgpu_imports(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
+    """Every (line, target) that ``module`` takes from tfgpu, at any depth of the code, once each.
+
+    ``target`` is a module (``tfgpu.data.pipeline``; for ``from tfgpu.x import name`` the module
+    ``tfgpu.x.name`` when it is one, else ``tfgpu.x``), ``tfgpu.__version__``, or ``tfgpu.NAME``
+    for a public name taken from the package root (``from tfgpu import strategy``, or
+    ``import tfgpu`` and then ``tfgpu.strategy``).
+    """
+    tree = ast.parse(source)
+    found: list[tuple[int, str]] = []
+    roots: dict[str, set[str]] = {}  # a name bound to the package root -> submodules imported through it
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] != "tfgpu":
+                    continue
+                if alias.name != "tfgpu":
+                    found.append((node.lineno, alias.name))
+                if alias.asname is None or alias.name == "tfgpu":
+                    submodules = roots.setdefault(alias.asname or "tfgpu", set())
+                    submodules.update(alias.name.split(".")[1:2])
+        elif isinstance(node, ast.ImportFrom):
+            origin = node.module or ""
+            if node.level:  # relative: from the package, up level - 1
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                origin = ".".join([*parts, *([node.module] if node.module else [])])
+            if origin.split(".")[0] != "tfgpu":
+                continue
+            for alias in node.names:
+                full = f"{origin}.{alias.name}"
+                found.append((node.lineno, full if is_module(full) or origin == "tfgpu" else origin))
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+            continue
+        if node.value.id in roots and node.attr not in roots[node.value.id]:
+            found.append((node.lineno, f"tfgpu.{node.attr}"))
+    return sorted(set(found))
+
+
+def unit(dotted: str) -> str:
+    """The top-level module or package that ``dotted`` belongs to (``__init__`` for the root)."""
+    parts = dotted.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def layer_of(name: str) -> int | None:
+    return next((i for i, (_, names) in enumerate(LAYERS) if name in names), None)
+
+
+def library_modules() -> list[tuple[str, Path]]:
+    return [(module_name(p), p) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def leaks() -> list[Leak]:
+    exports = root_exports()
+    out = []
+    for module, path in library_modules():
+        relative = path.relative_to(SRC).as_posix()
+        importer = layer_of(unit(module))
+        for line, target in tfgpu_imports(path.read_text(), module, is_package=path.name == "__init__.py"):
+            name = target.split(".")[1]
+            if target != "tfgpu.__version__" and not is_module(f"tfgpu.{name}"):
+                out.append(
+                    Leak(relative, line, target, f"through the package root: use {exports.get(name, '?')}")
+                )
+                continue
+            imported = layer_of(unit(target))
+            if importer is None or imported is None or unit(target) == unit(module):
+                continue
+            if imported > importer:
+                out.append(
+                    Leak(relative, line, target, f"layer {LAYERS[importer][0]} < {LAYERS[imported][0]}")
+                )
+            elif imported == importer and importer > 0 and (unit(module), unit(target)) not in SIBLINGS:
+                out.append(
+                    Leak(relative, line, target, f"siblings in layer {LAYERS[importer][0]}: not in SIBLINGS")
+                )
+    return out
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m, _ in library_modules() if layer_of(unit(m)) is None)
+    assert not unplaced, f"modules in no layer (place them in LAYERS): {unplaced}"
+
+
+def test_no_module_imports_a_higher_layer_a_sibling_or_the_package_root():
+    new = sorted(str(leak) for leak in leaks() if leak.key not in KNOWN_LEAKS)
+    assert not new, "layering leaks:\n" + "\n".join(new)
+
+
+def test_every_known_leak_still_occurs():
+    stale = KNOWN_LEAKS - {leak.key for leak in leaks()}
+    assert not stale, f"fixed, so remove from KNOWN_LEAKS: {sorted(stale)}"
+
+
+def test_tfgpu_testing_is_imported_by_tests_only():
+    outside = [
+        path
+        for folder in ("src/tfgpu", "bench", "examples")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if PACKAGE / "testing" not in path.parents
+    ]
+    users = [
+        f"{path.relative_to(ROOT).as_posix()}:{line} imports {target} (tests only)"
+        for path in outside
+        for line, target in tfgpu_imports(path.read_text(), "outside.script")
+        if unit(target) == "testing"
+    ]
+    assert not users, "\n".join(users)
+
+
+def test_the_reader_sees_every_form_of_import():
+    """The forms the rules rest on, in a module of the train layer."""
+    source = """
+import tfgpu
+import tfgpu.data.pipeline
+from tfgpu import distribute, __version__, strategy
+from tfgpu.data import manifest, Manifest
+
+def later():
+    from tfgpu.report.runs import save_run
+    return tfgpu.strategy(), tfgpu.data.pipeline, tfgpu.__version__, tfgpu.fit
+"""
+    found = {target for _, target in tfgpu_imports(source, "tfgpu.train.loop")}
+    assert found == {
+        "tfgpu.data.pipeline",
+        "tfgpu.distribute",
+        "tfgpu.__version__",
+        "tfgpu.strategy",
+        "tfgpu.data.manifest",
+        "tfgpu.data",
+        "tfgpu.report.runs",
+        "tfgpu.fit",
+    }
