@@ -388,7 +388,7 @@ def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
     shuffled = _array_task(100)
     assert first_labels(shuffled, 0) != first_labels(shuffled, 1)
     assert first_labels(shuffled, 1) == first_labels(shuffled, 1)
-    kept = _array_task(100, pipeline={"shuffle": False})
+    kept = _array_task(100, shuffle=False)
     assert first_labels(kept, 0) == first_labels(kept, 1) == shuffled.train_data[1][:100].tolist()
 
 
@@ -415,7 +415,7 @@ def test_non_finite_loss_is_named_with_its_step():
     x, y = arrays()
     weights = np.ones(len(x), np.float32)
     weights[7 * 24 + 3] = np.nan  # a sample weight in the 8th batch
-    task = dataclasses.replace(make_task(24), train_data=(x, y, weights), pipeline={"shuffle": False})
+    task = dataclasses.replace(make_task(24), train_data=(x, y, weights), shuffle=False)
     trainer = tfgpu.Trainer(
         task, strategy=strategy(1), monitor_gpus=False, log_every=10, steps_per_execution=4
     )

@@ -151,9 +151,10 @@ def flip(e: dict[str, Any]) -> dict[str, Any]:
 
 def task(work: Path, *, batch_size: int = BATCH_PER_REPLICA) -> Any:
     """What the demo trains: its CNN on the converted shards, ``batch_size`` per replica."""
-    import tfgpu
+    from tfgpu import data
+    from tfgpu.train import Task
 
-    return tfgpu.Task(
+    return Task(
         model=build_model,
         loss="sparse_categorical_crossentropy",
         from_logits=True,
@@ -162,7 +163,7 @@ def task(work: Path, *, batch_size: int = BATCH_PER_REPLICA) -> Any:
         metrics=["accuracy"],
         batch_size=batch_size,
         learning_rate=3e-3,
-        pipeline={"augment": flip},
+        pipeline=data.PipelineOptions(augment=flip),
     )
 
 
@@ -231,9 +232,9 @@ def run_demo(
         report_doctor = doctor.run()
     work = Path(workdir)
 
-    import tfgpu
     from tfgpu import data
     from tfgpu.predict import PredictOptions, predict, read_output
+    from tfgpu.train import Trainer
 
     with clock("data"):
         generated = make_images(work / "images")
@@ -255,7 +256,7 @@ def run_demo(
 
     clock.start("diagnose")
     # a log point every 4 steps gives the report its curves
-    trainer = tfgpu.Trainer(task(work), log_every=4)
+    trainer = Trainer(task(work), log_every=4)
     found = diagnoses(work, trainer)
     if epochs is None:
         epochs, why = epochs_for(
@@ -271,7 +272,7 @@ def run_demo(
     predicted = predict(
         str(model_path),
         str(work / "heldout"),
-        str(work / "predictions"),
+        output=str(work / "predictions"),
         options=PredictOptions(batch_size=64),
         overwrite=True,  # the model was trained again: its old predictions go
     )

@@ -9,6 +9,7 @@ import time
 
 from tfgpu import quiet
 from tfgpu.cli import _common
+from tfgpu.data.options import PipelineOptions
 from tfgpu.errors import ConfigError, InputError
 from tfgpu.train.options import DEFAULT_LOG_EVERY
 
@@ -102,14 +103,14 @@ def _progress_printer(json_mode: bool):
 
 
 def run(args: argparse.Namespace) -> int:
-    import tfgpu
-    from tfgpu import choices
+    from tfgpu import choices, runtime
     from tfgpu.loader import load_function
+    from tfgpu.train import Task, Trainer, TrainOptions
 
-    tfgpu.configure(precision=args.precision)
+    runtime.configure(precision=args.precision)
     make = load_function(args.task)
     task = make()
-    if not isinstance(task, tfgpu.Task):
+    if not isinstance(task, Task):
         raise InputError(
             f"{args.task} returned {type(task).__name__}, not a tfgpu.Task",
             value=args.task,
@@ -124,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
                 value=type(task.train_data).__name__,
                 fix="convert the data with tfgpu convert and set train_data to the directory",
             )
-        task = dataclasses.replace(task, pipeline={**task.pipeline, "service": args.data_service})
+        task = dataclasses.replace(
+            task, pipeline=PipelineOptions.of(task.pipeline, service=args.data_service)
+        )
         if args.data_service_timeout <= 0:
             raise ConfigError(
                 "--data-service-timeout must be more than 0 seconds",
@@ -134,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         _watch_service(
             args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
         )
-    options = tfgpu.TrainOptions(
+    options = TrainOptions(
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,
         jit_compile=args.xla,
@@ -142,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         log_dir=args.log_dir,
     )
-    trainer = tfgpu.Trainer(task, options=options, on_progress=_progress_printer(args.json))
+    trainer = Trainer(task, options=options, on_progress=_progress_printer(args.json))
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
     result = trainer.fit(epochs=epochs, steps=args.steps)
     summary = {**result.to_dict(), "choices": choices.as_dict()}

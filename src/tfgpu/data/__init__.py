@@ -5,6 +5,7 @@
 
 from tfgpu.data.convert import ConvertOptions, ConvertResult, convert
 from tfgpu.data.manifest import Feature, Manifest, Shard, load
+from tfgpu.data.options import PipelineOptions
 from tfgpu.data.pipeline import PipelinePlan, pipeline, plan
 from tfgpu.data.verify import verify
 
@@ -13,6 +14,7 @@ __all__ = [
     "ConvertResult",
     "Feature",
     "Manifest",
+    "PipelineOptions",
     "PipelinePlan",
     "Shard",
     "convert",

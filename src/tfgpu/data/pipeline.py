@@ -30,6 +30,7 @@ from typing import Any
 
 from tfgpu import choices, host
 from tfgpu.data.manifest import Feature, Manifest, Shard, load
+from tfgpu.data.options import PipelineOptions
 from tfgpu.errors import ConfigError, InputError
 
 CHUNK = 256  # records read and parsed together
@@ -80,7 +81,8 @@ class PipelinePlan:
         return [s.name for s in self.stages]
 
 
-def _available_memory() -> int:
+def available_memory() -> int:
+    """Bytes of memory free for new allocations now (MemAvailable)."""
     try:
         with open("/proc/meminfo") as handle:
             for line in handle:
@@ -241,113 +243,147 @@ def _count_check(tf: Any, ok: Any, path: Any, seen: Any, rows: Any, on_corrupt: 
     return tf.cond(ok, lambda: tf.constant(True), warn)
 
 
-def plan(
-    source: Any,
-    *,
-    batch_size: int,
-    training: bool = False,
-    features: dict[str, Feature] | None = None,
-    input_context: Any = None,
-    shuffle_buffer: int | None = None,
-    augment: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    cache: str = "auto",
-    cache_dir: str | None = None,
-    deterministic: bool | None = None,
-    with_ids: bool = False,
-    drop_remainder: bool | None = None,
-    on_corrupt: str = "fail",
-    image_size: tuple[int, int] | None = None,
-    supervised: bool = False,
-    seed: int | None = None,
-    shuffle_files: bool | None = None,
-    autotune: bool = False,
-    service: str | None = None,
-    exactly_once: bool | None = None,
-) -> PipelinePlan:
-    """The stages of :func:`pipeline` (same arguments), for building or measuring stage by stage."""
-    import tensorflow as tf
+@dataclass(frozen=True)
+class Layout:
+    """Which files this input pipeline reads, and how it shares them with the other pipelines."""
 
-    if batch_size < 1:
-        raise ConfigError("batch_size must be at least 1", value=batch_size, fix="pass batch_size=32")
-    if cache not in ("auto", "memory", "disk", "off"):
-        raise ConfigError("cache must be auto, memory, disk or off", value=cache, fix="pass cache='auto'")
-    if on_corrupt not in ("fail", "skip"):
-        raise ConfigError(
-            "on_corrupt must be 'fail' or 'skip'",
-            value=on_corrupt,
-            fix="pass on_corrupt='skip' to skip and count bad records",
-        )
-    manifest = _resolve(source, features)
-    files = _check_files(manifest)
-    if supervised and not manifest.label:
-        raise ConfigError(
-            "supervised=True needs a label feature",
-            value=list(manifest.features),
-            fix="convert with --label COLUMN",
-        )
-    decisions: dict[str, str] = {}
-    # Deterministic by default, training too: reproducible, and on a 2-core machine measured faster
-    # than deterministic=False (bench/data_bench.py; see docs/benchmarks.md).
-    deterministic = True if deterministic is None else deterministic
-    drop_remainder = training if drop_remainder is None else drop_remainder
+    files: list[str]
+    firsts: list[int]  # each file's first global row id
+    counts: list[int]  # rows per file, -1 unknown
+    pipelines: int  # input pipelines side by side (workers)
+    pipeline_id: int
+    by_file: bool  # sharded by file; else by record (too few files for the pipelines)
+    rows: int  # rows this pipeline reads, -1 unknown
+
+    @property
+    def sharding(self) -> str | None:
+        if self.pipelines == 1:
+            return None
+        if self.by_file:
+            return f"by file ({len(self.files)} files, {self.pipelines} workers)"
+        return f"by record ({len(self.files)} files are too few for {self.pipelines} workers)"
+
+
+def layout(manifest: Manifest, files: list[str], input_context: Any) -> Layout:
+    """Shard by file when there are enough files for the pipelines, else by record."""
     pipelines = getattr(input_context, "num_input_pipelines", 1)
     pipeline_id = getattr(input_context, "input_pipeline_id", 0)
-    firsts = [s.first_row for s in manifest.shards]
     counts = [s.rows for s in manifest.shards]
     by_file = pipelines > 1 and (len(files) >= 2 * pipelines or len(files) % pipelines == 0)
-    if pipelines > 1:
-        decisions["shard"] = (
-            f"by file ({len(files)} files, {pipelines} workers)"
-            if by_file
-            else f"by record ({len(files)} files are too few for {pipelines} workers)"
-        )
-    known = all(c >= 0 for c in counts)
-    rows = sum(counts) if known else -1
-    if known and pipelines > 1:
-        rows = (
-            sum(counts[pipeline_id::pipelines])
-            if by_file
-            else len(range(pipeline_id, sum(counts), pipelines))
-        )
-    spec = _parse_spec(tf, manifest.features)
-    decoders = {n: _decoder(tf, n, f, image_size) for n, f in manifest.features.items()}
-    cache_mode, cache_why = _choose_cache(cache, manifest, rows, image_size)
-    decisions["cache"] = f"{cache_mode} ({cache_why})"
-    buffer = shuffle_buffer or (
-        min(max(1024, 16 * batch_size), rows) if rows > 0 else max(1024, 16 * batch_size)
+    rows = sum(counts) if all(c >= 0 for c in counts) else -1
+    if rows >= 0 and pipelines > 1:
+        rows = sum(counts[pipeline_id::pipelines]) if by_file else len(range(pipeline_id, rows, pipelines))
+    return Layout(
+        files, [s.first_row for s in manifest.shards], counts, pipelines, pipeline_id, by_file, rows
     )
-    if training:
-        decisions["shuffle_buffer"] = str(buffer)
-    parallel = tf.data.AUTOTUNE if autotune else host.cores()
-    decisions["parallelism"] = (
-        "tf.data autotune" if autotune else f"one call per core ({parallel}), tf.data autotune off"
-    ) + ("" if deterministic else ", non-deterministic order")
-    cache_path = _cache_path(cache_dir, files, pipeline_id) if cache_mode == "disk" else None
-    read = _reader(tf, manifest.compression, on_corrupt)
 
-    def files_stage(_: Any) -> Any:
-        ds = tf.data.Dataset.from_tensor_slices(
-            (files, tf.constant(firsts, tf.int64), tf.constant(counts, tf.int64))
+
+class Stages:
+    """The builders of a plan's stages, one method each: dataset so far in, next dataset out.
+
+    ``order()`` says which run, in which order, and why: with no cache, training shuffles the
+    encoded images before decoding them (the buffer holds a third of the bytes; 12% faster on
+    JPEGs, docs/benchmarks.md) and decodes and augments in one map (one parallel stage per
+    element instead of two, faster on few cores).
+    """
+
+    def __init__(
+        self, tf: Any, manifest: Manifest, where: Layout, options: PipelineOptions, *, batch_size: int
+    ) -> None:
+        self.tf, self.manifest, self.where, self.options = tf, manifest, where, options
+        self.batch_size = batch_size
+        self.images = {n for n, f in manifest.features.items() if f.encoding in ("jpeg", "png")}
+        self.spec = _parse_spec(tf, manifest.features)
+        self.decoders = {n: _decoder(tf, n, f, options.image_size) for n, f in manifest.features.items()}
+        self.cache_mode, self.cache_why = _choose_cache(
+            options.cache, manifest, where.rows, options.image_size
         )
-        if by_file:
-            ds = ds.shard(pipelines, pipeline_id)
-        if training if shuffle_files is None else shuffle_files:
-            ds = ds.shuffle(len(files), seed=seed, reshuffle_each_iteration=True)
+        self.cache_path = (
+            _cache_path(options.cache_dir, where.files, where.pipeline_id)
+            if self.cache_mode == "disk"
+            else None
+        )
+        rows, least = where.rows, max(1024, 16 * batch_size)
+        self.buffer = options.shuffle_buffer or (min(least, rows) if rows > 0 else least)
+        self.parallel = tf.data.AUTOTUNE if options.autotune else host.cores()
+        self.per_element = options.training or bool(self.images)  # else whole batches, vectorized
+        self.fuse_augment = (
+            options.training
+            and options.augment is not None
+            and bool(self.images)
+            and self.cache_mode == "off"
+        )
+        self.early_shuffle = options.shuffles and bool(self.images) and self.cache_mode == "off"
+        self._read = _reader(tf, manifest.compression, options.on_corrupt)
+
+    def decisions(self) -> dict[str, str]:
+        options, out = self.options, {}
+        if self.where.sharding:
+            out["shard"] = self.where.sharding
+        out["cache"] = f"{self.cache_mode} ({self.cache_why})"
+        if options.shuffles:
+            out["shuffle_buffer"] = str(self.buffer)
+        elif options.training:
+            out["shuffle"] = "off (asked for): the stored order"
+        out["parallelism"] = (
+            "tf.data autotune"
+            if options.autotune
+            else f"one call per core ({self.parallel}), tf.data autotune off"
+        ) + ("" if options.deterministic else ", non-deterministic order")
+        return out
+
+    def order(self) -> list[Stage]:
+        options, batch = self.options, self.batch_size
+        stages = [
+            Stage("files", self.files),
+            Stage("read", self.read, f"parallel interleave of TFRecord files, chunks of {CHUNK}", CHUNK),
+        ]
+        if self.where.pipelines > 1 and not self.where.by_file:
+            stages.append(Stage("shard", self.shard, "by record", CHUNK))
+        parsed = 1 if self.per_element else batch
+        stages.append(Stage("parse", self.parse, "vectorized parse_example", parsed))
+        if self.early_shuffle:
+            stages.append(Stage("shuffle", self.shuffle, f"{self.buffer} encoded"))
+        if self.images:
+            kinds = "/".join(sorted({self.manifest.features[n].encoding for n in self.images}))
+            detail = f"parallel {kinds} decode" + (" + augment" if self.fuse_augment else "")
+            stages.append(Stage("decode", self.decode, detail))
+        stages.append(Stage("cache", self.cache, self.cache_mode, parsed if not self.images else 1))
+        if options.shuffles and not self.early_shuffle:
+            stages.append(Stage("shuffle", self.shuffle, str(self.buffer)))
+        if options.training and options.augment is not None and not self.fuse_augment:
+            stages.append(Stage("augment", self.augment, getattr(options.augment, "__name__", "augment")))
+        if self.per_element:
+            stages.append(
+                Stage("batch", self.batch, f"{batch}, drop_remainder={options.drops_remainder}", batch)
+            )
+        return stages
+
+    # -- the stages ------------------------------------------------------------------------------
+    def files(self, _: Any) -> Any:
+        tf, where = self.tf, self.where
+        ds = tf.data.Dataset.from_tensor_slices(
+            (where.files, tf.constant(where.firsts, tf.int64), tf.constant(where.counts, tf.int64))
+        )
+        if where.by_file:
+            ds = ds.shard(where.pipelines, where.pipeline_id)
+        if self.options.shuffles_files:
+            ds = ds.shuffle(len(where.files), seed=self.options.seed, reshuffle_each_iteration=True)
         return ds
 
-    def read_stage(ds: Any) -> Any:
-        cycle = max(1, min(len(files), host.cores(), 16))  # wider only spreads the same cores thinner
-        return ds.interleave(read, cycle_length=cycle, num_parallel_calls=cycle, deterministic=deterministic)
+    def read(self, ds: Any) -> Any:
+        cycle = max(1, min(len(self.where.files), host.cores(), 16))  # wider spreads the same cores thinner
+        return ds.interleave(
+            self._read, cycle_length=cycle, num_parallel_calls=cycle, deterministic=self.options.deterministic
+        )
 
-    def shard_stage(ds: Any) -> Any:
-        return ds.unbatch().shard(pipelines, pipeline_id).batch(CHUNK)
+    def shard(self, ds: Any) -> Any:
+        return ds.unbatch().shard(self.where.pipelines, self.where.pipeline_id).batch(CHUNK)
 
-    images = {n for n, f in manifest.features.items() if f.encoding in ("jpeg", "png")}
-    per_element = training or bool(images)  # else parse whole output batches, vectorized
-
-    def parse_stage(ds: Any) -> Any:
-        if not per_element:
-            ds = ds.rebatch(batch_size, drop_remainder=drop_remainder)
+    def parse(self, ds: Any) -> Any:
+        tf, images, decoders, spec = self.tf, self.images, self.decoders, self.spec
+        if not self.per_element:
+            ds = ds.rebatch(self.batch_size, drop_remainder=self.options.drops_remainder)
 
         def parse(ids: Any, data: Any) -> Any:
             parsed = tf.io.parse_example(data, spec)
@@ -355,91 +391,100 @@ def plan(
             out[ID] = ids
             return out
 
-        ds = ds.map(parse, num_parallel_calls=parallel, deterministic=deterministic)
-        return ds.unbatch() if per_element else ds
+        ds = ds.map(parse, num_parallel_calls=self.parallel, deterministic=self.options.deterministic)
+        return ds.unbatch() if self.per_element else ds
 
-    # Without a cache between them, decode and augment run as one map: one parallel stage per
-    # element instead of two (measured faster on few cores); augmenting before the shuffle is
-    # equivalent since both are random per epoch.
-    fuse_augment = training and augment is not None and bool(images) and cache_mode == "off"
+    def decode(self, ds: Any) -> Any:
+        images, decoders, augment, fuse = self.images, self.decoders, self.options.augment, self.fuse_augment
 
-    def decode_stage(ds: Any) -> Any:
         def decode(element: dict[str, Any]) -> dict[str, Any]:
             out = {n: (decoders[n](v) if n in images else v) for n, v in element.items()}
-            return {**augment(out), ID: out[ID]} if fuse_augment else out  # type: ignore[misc]
+            return {**augment(out), ID: out[ID]} if fuse else out  # type: ignore[misc]
 
-        return ds.map(decode, num_parallel_calls=parallel, deterministic=deterministic)
+        return ds.map(decode, num_parallel_calls=self.parallel, deterministic=self.options.deterministic)
 
-    def cache_stage(ds: Any) -> Any:
-        return ds.cache(cache_path or "") if cache_mode != "off" else ds
+    def cache(self, ds: Any) -> Any:
+        return ds.cache(self.cache_path or "") if self.cache_mode != "off" else ds
 
-    def shuffle_stage(ds: Any) -> Any:
-        return ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+    def shuffle(self, ds: Any) -> Any:
+        return ds.shuffle(self.buffer, seed=self.options.seed, reshuffle_each_iteration=True)
 
-    def augment_stage(ds: Any) -> Any:
+    def augment(self, ds: Any) -> Any:
+        augment = self.options.augment
         return ds.map(
-            lambda e: {**augment(e), ID: e[ID]},
-            num_parallel_calls=parallel,
-            deterministic=deterministic,
-        )  # type: ignore[misc]
-
-    def batch_stage(ds: Any) -> Any:
-        return ds.batch(
-            batch_size,
-            drop_remainder=drop_remainder,
-            num_parallel_calls=parallel,
-            deterministic=deterministic,
+            lambda e: {**augment(e), ID: e[ID]},  # type: ignore[misc]
+            num_parallel_calls=self.parallel,
+            deterministic=self.options.deterministic,
         )
 
-    def finish_stage(ds: Any) -> Any:
-        ds = ds.map(_output(manifest, with_ids=with_ids, supervised=supervised))
-        options = parallel_options(tf, autotune=autotune)
-        options.deterministic = deterministic
-        options.experimental_optimization.map_fusion = True
-        options.experimental_distribute.auto_shard_policy = (
+    def batch(self, ds: Any) -> Any:
+        return ds.batch(
+            self.batch_size,
+            drop_remainder=self.options.drops_remainder,
+            num_parallel_calls=self.parallel,
+            deterministic=self.options.deterministic,
+        )
+
+    def finish(self, ds: Any, *, input_context: Any) -> Any:
+        tf, options = self.tf, self.options
+        ds = ds.map(_output(self.manifest, with_ids=options.with_ids, supervised=options.supervised))
+        data_options = parallel_options(tf, autotune=options.autotune)
+        data_options.deterministic = options.deterministic
+        data_options.experimental_optimization.map_fusion = True
+        data_options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.OFF
             if input_context is not None
             else tf.data.experimental.AutoShardPolicy.DATA
         )
-        return ds.with_options(options).prefetch(tf.data.AUTOTUNE)
+        return ds.with_options(data_options).prefetch(tf.data.AUTOTUNE)
 
-    stages = [
-        Stage("files", files_stage),
-        Stage("read", read_stage, f"parallel interleave of TFRecord files, chunks of {CHUNK}", CHUNK),
-    ]
-    if pipelines > 1 and not by_file:
-        stages.append(Stage("shard", shard_stage, "by record", CHUNK))
-    parsed = 1 if per_element else batch_size
-    stages.append(Stage("parse", parse_stage, "vectorized parse_example", parsed))
-    # With nothing cached, shuffle the encoded images before decoding them: the buffer holds a
-    # third of the bytes, and decoding after the shuffle is the same distribution (decode is
-    # deterministic per element). Measured 12% faster on JPEGs (docs/benchmarks.md).
-    early_shuffle = training and bool(images) and cache_mode == "off"
-    if early_shuffle:
-        stages.append(Stage("shuffle", shuffle_stage, f"{buffer} encoded"))
-    if images:
-        kinds = "/".join(sorted({manifest.features[n].encoding for n in images}))
-        detail = f"parallel {kinds} decode" + (" + augment" if fuse_augment else "")
-        stages.append(Stage("decode", decode_stage, detail))
-    stages.append(Stage("cache", cache_stage, cache_mode, parsed if not images else 1))
-    if training and not early_shuffle:
-        stages.append(Stage("shuffle", shuffle_stage, str(buffer)))
-        if augment is not None and not fuse_augment:
-            stages.append(Stage("augment", augment_stage, getattr(augment, "__name__", "augment")))
-    if per_element:
-        stages.append(
-            Stage("batch", batch_stage, f"{batch_size}, drop_remainder={drop_remainder}", batch_size)
+
+def plan(
+    source: Any,
+    *,
+    batch_size: int,
+    options: PipelineOptions | None = None,
+    input_context: Any = None,
+    **overrides: Any,
+) -> PipelinePlan:
+    """The stages of :func:`pipeline` (same arguments), for building or measuring stage by stage."""
+    import tensorflow as tf
+
+    options = PipelineOptions.of(options, **overrides)
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError("batch_size must be at least 1", value=batch_size, fix="pass batch_size=32")
+    manifest = _resolve(source, options.features)
+    files = _check_files(manifest)
+    if options.supervised and not manifest.label:
+        raise ConfigError(
+            "supervised=True needs a label feature",
+            value=list(manifest.features),
+            fix="convert with --label COLUMN",
         )
-    if service:  # the service reads, parses, decodes, augments and batches; prefetch stays here
-        once = not training if exactly_once is None else exactly_once
-        stages.append(_service_stage(tf, service, exactly_once=once, decisions=decisions))
-    stages.append(Stage("prefetch", finish_stage, "AUTOTUNE", batch_size))
+    where = layout(manifest, files, input_context)
+    stages = Stages(tf, manifest, where, options, batch_size=batch_size)
+    decisions = stages.decisions()
+    ordered = stages.order()
+    if options.service:  # the service reads, parses, decodes, augments and batches; prefetch stays here
+        ordered.append(
+            _service_stage(tf, options.service, exactly_once=options.exactly_once_reads, decisions=decisions)
+        )
+    ordered.append(
+        Stage("prefetch", lambda ds: stages.finish(ds, input_context=input_context), "AUTOTUNE", batch_size)
+    )
     for key, value in decisions.items():
         choices.record(f"data.{key}", value)
-    return PipelinePlan(stages=stages, rows=rows, batch_size=batch_size, decisions=decisions)
+    return PipelinePlan(stages=ordered, rows=where.rows, batch_size=batch_size, decisions=decisions)
 
 
-def pipeline(source: Any, *, batch_size: int, **options: Any) -> Any:
+def pipeline(
+    source: Any,
+    *,
+    batch_size: int,
+    options: PipelineOptions | None = None,
+    input_context: Any = None,
+    **overrides: Any,
+) -> Any:
     """A batched tf.data.Dataset from a tfgpu dataset (or TFRecord files with ``features``).
 
     Args:
@@ -447,27 +492,16 @@ def pipeline(source: Any, *, batch_size: int, **options: Any) -> Any:
             a list of TFRecord files (then ``features`` gives the schema).
         batch_size: the batch this pipeline yields (per worker under a multi-worker strategy:
             ``input_context.get_per_replica_batch_size(global_batch)``).
-        training: shuffle files and examples each epoch, apply ``augment``, drop the remainder.
+        options: a ``PipelineOptions`` (training, shuffle, cache, augment, with_ids, service, ...);
+            any of its fields can also be given as a keyword (``training=True, cache="off"``).
         input_context: a ``tf.distribute.InputContext``; the pipeline reads its worker's part.
-        cache: "auto" (memory if the decoded data fits in a quarter of free RAM, disk otherwise),
-            "memory", "disk" (under ``cache_dir``) or "off".
-        with_ids: add each example's global row id (key "id"), used to keep prediction order.
-        supervised: yield (features, label) instead of one dict.
-        on_corrupt: "fail" (naming the file and record) or "skip" (skip and report them).
-        image_size: decode and resize images to (height, width) when they were stored unresized.
-        autotune: let tf.data's autotuner set parallelism and buffers. Off by default: every
-            parallel stage runs one call per core, because on a 2-core machine the autotuner
-            settled on one core's worth in about half the runs (docs/benchmarks.md).
-        service: a tf.data service address (``tfgpu data-service`` prints it): reading, parsing,
-            decoding, augmenting and batching (to this ``batch_size``) run on its workers,
-            prefetch here. Batches, not examples, cross the network: one request per example
-            cost the trainer's core more than the work it moved (bench/service_bench.py).
-        exactly_once: with ``service``, every example once per epoch (static sharding; the
-            default when not training) rather than dynamic sharding (the default for training).
 
-    Elements are dicts of batched tensors (plus "id" when asked).
+    Elements are dicts of batched tensors (plus "id" when asked), or (features, label) with
+    ``supervised``.
     """
-    built = plan(source, batch_size=batch_size, **options).build()
+    built = plan(
+        source, batch_size=batch_size, options=options, input_context=input_context, **overrides
+    ).build()
     choices.announce()
     return built
 
@@ -540,7 +574,7 @@ def _choose_cache(
     if per_row is None or rows < 0:
         return "off", "decoded size unknown"
     need = per_row * rows
-    budget = MEMORY_SHARE * _available_memory()
+    budget = MEMORY_SHARE * available_memory()
     if need <= budget:
         return "memory", f"{need / 2**20:.0f} MiB decoded fits in a quarter of free RAM"
     return "disk", f"{need / 2**20:.0f} MiB decoded is over a quarter of free RAM ({budget / 2**20:.0f} MiB)"

@@ -176,7 +176,7 @@ def _fits_in_memory(dataset: Any, spec: Any, batch: int) -> bool:
     import numpy as np
     import tensorflow as tf
 
-    from tfgpu.data.pipeline import MEMORY_SHARE, _available_memory
+    from tfgpu.data.pipeline import MEMORY_SHARE, available_memory
 
     count = int(dataset.cardinality())
     if count < 0:
@@ -185,7 +185,7 @@ def _fits_in_memory(dataset: Any, spec: Any, batch: int) -> bool:
     for part in tf.nest.flatten(spec):
         dims = [batch if d is None else d for d in part.shape.as_list()]
         per_element += int(np.prod(dims)) * (part.dtype.size if part.dtype != tf.string else 64)
-    return count * per_element <= MEMORY_SHARE * _available_memory()
+    return count * per_element <= MEMORY_SHARE * available_memory()
 
 
 def diagnose(

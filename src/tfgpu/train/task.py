@@ -8,10 +8,11 @@ metric of its own (``tfgpu.train.model``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from tfgpu.data.options import PipelineOptions
 from tfgpu.errors import ConfigError
 
 # fn(input_context, per_replica_batch) -> tf.data.Dataset of (x, y) or (x, y, sample_weight),
@@ -41,8 +42,11 @@ class Task:
         batch_size: per replica; the global batch is this times the replicas.
         steps_per_epoch: training steps per epoch; needed only when the data size cannot be known
             under ParameterServerStrategy, or to cut epochs from an endless dataset.
-        pipeline: options for tfgpu.data.pipeline when the data is a dataset directory;
-            ``{"shuffle": False}`` keeps the order of arrays given in memory.
+        pipeline: a ``tfgpu.data.PipelineOptions`` for a dataset directory (cache, augment,
+            service, ...); a dict of its fields is taken too. The Trainer sets ``training``,
+            ``supervised`` and ``seed`` itself.
+        shuffle: shuffle the training data each epoch (arrays and dataset directories alike;
+            ``Model.fit``'s ``shuffle``); False keeps the stored order.
         callbacks: Keras callbacks, called as ``Model.fit`` calls them (batch hooks once per
             compiled execution); file-writing callbacks run on the chief only.
         class_weight: {class: weight}, as ``Model.fit`` takes it (one output only).
@@ -61,12 +65,21 @@ class Task:
     from_logits: bool = False
     steps_per_epoch: int | None = None
     seed: int = 0
-    pipeline: dict[str, Any] = field(default_factory=dict)
+    pipeline: PipelineOptions | None = None
+    shuffle: bool = True
     callbacks: Sequence[Any] = ()
     class_weight: dict[Any, float] | None = None
     validation_split: float = 0.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.pipeline, Mapping):  # taken at the edge, typed from here on
+            self.pipeline = PipelineOptions.of(self.pipeline)
+        elif self.pipeline is not None and not isinstance(self.pipeline, PipelineOptions):
+            raise ConfigError(
+                "Task.pipeline must be a tfgpu.data.PipelineOptions",
+                value=type(self.pipeline).__name__,
+                fix="pass pipeline=tfgpu.data.PipelineOptions(cache='off', augment=...)",
+            )
         if not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(
                 "Task.batch_size (per replica) must be a whole number of at least 1",
