@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -305,4 +306,110 @@ def fit_with_parameter_servers() -> dict[str, Any]:
         "iterations": int(model.optimizer.iterations.numpy()),
         "loss_count": float(model._loss_tracker.count.numpy()),  # rows in the last epoch
         "epochs": history.epoch,
+    }
+
+
+def ps_tutorial_in_process(kind: str) -> dict[str, Any]:
+    """TensorFlow's parameter-server tutorial as written: in-process servers (2 workers, 1 ps), a
+    SimpleClusterResolver, no TF_CONFIG; the model compiled in the strategy's scope, then
+    ``tfgpu.fit`` where the tutorial calls ``model.fit``. ``kind``: how the data is given
+    ("function": a dataset function; "arrays"; "dataset": a tf.data.Dataset)."""
+    import socket
+
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import tfgpu
+
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(s.getsockname()[1])
+    spec = tf.train.ClusterSpec(
+        {"worker": [f"localhost:{p}" for p in ports[:2]], "ps": [f"localhost:{ports[2]}"]}
+    )
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = 3  # the tutorial's setting for few cores
+    for i in range(2):
+        tf.distribute.Server(spec, job_name="worker", task_index=i, config=config, protocol="grpc")
+    tf.distribute.Server(spec, job_name="ps", task_index=0, protocol="grpc")
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(256, 8)).astype("float32")
+    y = (x @ np.arange(8, dtype="float32") / 8)[:, None]
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1)])
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"], steps_per_execution=4
+        )
+
+    def dataset_fn(input_context, per_replica):  # the tutorial's: each worker its own shuffled copy
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(256).repeat()
+        return ds.batch(per_replica).prefetch(2)
+
+    data = {
+        "function": (dataset_fn, None),
+        "arrays": (x, y),
+        "dataset": (tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(32), None),
+    }[kind]
+    batch = None if kind == "dataset" else 32
+    history = tfgpu.fit(model, *data, batch_size=batch, epochs=3, steps_per_epoch=20, verbose=0)
+    loss_tracker = next(m for m in model.metrics if m.name == "loss")
+    counted = float(loss_tracker.count.numpy())  # the last epoch's examples: every update kept
+    iterations = int(model.optimizer.iterations.numpy())
+    validated = tfgpu.fit(
+        model,
+        *data,
+        batch_size=batch,
+        epochs=1,
+        steps_per_epoch=5,
+        validation_data=(x[:100], y[:100]),
+        verbose=0,
+    )
+    return {
+        "validated": validated.history,
+        "history": history.history,
+        "weights": model.get_weights(),
+        "eval": tfgpu.evaluate(model, x, y, batch_size=32, verbose=0, return_dict=True),
+        "predicted": tfgpu.predict(model, x, batch_size=32, verbose=0),
+        "loss": history.history["loss"],
+        "iterations": iterations,
+        "loss_count": counted,
+        "steps": history.train_result.steps,
+    }
+
+
+def multi_worker_tutorial(directory: str) -> dict[str, Any]:
+    """TensorFlow's multi-worker tutorial's pattern on one worker of a 2-worker cluster: the model
+    built and compiled in the strategy's scope, ``fit`` called inside the scope too, with a
+    ModelCheckpoint (every worker must take part in saving: the variables are distributed); then
+    predict in memory, every worker the whole result, as Keras's predict gives it."""
+    import keras
+    import tensorflow as tf
+
+    import tfgpu
+    from fit_models import binary_data, binary_model
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    x, y = binary_data()
+    dataset = tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48)
+    with strategy.scope():
+        model = binary_model()
+        history = tfgpu.fit(
+            model,
+            dataset,
+            epochs=2,
+            verbose=0,
+            callbacks=[keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpt-{epoch}.keras"))],
+        )
+    return {
+        "task": f"{task['type']}:{task['index']}",
+        "history": history.history,
+        "weights": model.get_weights(),
+        "predicted": tfgpu.predict(model, x, batch_size=64, verbose=0),
+        "files": sorted(os.listdir(directory)),
     }

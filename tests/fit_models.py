@@ -246,3 +246,68 @@ def grad_norm_model() -> Any:
     )
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="binary_crossentropy")
     return model
+
+
+def two_in_two_out() -> Any:
+    """The functional API guide's shape in small: two inputs, two outputs, a loss for each."""
+    import keras
+
+    init = keras.initializers.GlorotUniform
+    a, b = keras.Input((6,), name="a"), keras.Input((4,), name="b")
+    joined = keras.layers.concatenate([keras.layers.Dense(8, kernel_initializer=init(seed=1))(a), b])
+    score = keras.layers.Dense(1, name="score", kernel_initializer=init(seed=2))(joined)
+    kind = keras.layers.Dense(3, activation="softmax", name="kind", kernel_initializer=init(seed=3))(joined)
+    model = keras.Model([a, b], [score, kind])
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.01),
+        loss=["mse", "sparse_categorical_crossentropy"],
+        loss_weights=[1.0, 0.5],
+        metrics=[["mae"], ["accuracy"]],
+    )
+    return model
+
+
+def endpoint_model() -> Any:
+    """ "Training with built-in methods": a LogisticEndpoint layer adds its own loss; fit(x) alone."""
+    import keras
+
+    class LogisticEndpoint(keras.layers.Layer):
+        def __init__(self, name: str | None = None) -> None:
+            super().__init__(name=name)
+            self.loss_fn = keras.losses.BinaryCrossentropy(from_logits=True)
+
+        def call(self, targets: Any, logits: Any, sample_weights: Any = None) -> Any:
+            self.add_loss(self.loss_fn(targets, logits, sample_weights))
+            return keras.ops.softmax(logits)
+
+    inputs = keras.Input((3,), name="inputs")
+    targets = keras.Input((10,), name="targets")
+    logits = keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed=4))(inputs)
+    predictions = LogisticEndpoint(name="predictions")(targets, logits)
+    model = keras.Model(inputs=[inputs, targets], outputs=predictions)
+    model.compile(optimizer=keras.optimizers.Adam(0.01))  # no loss
+    return model
+
+
+def adapted_model(words: Any, numbers: Any, texts: Any) -> Any:
+    """Keras's structured-data examples in small: StringLookup, Normalization and a tf-idf
+    TextVectorization adapted to the data, then the model built around them (outside any scope)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    lookup = keras.layers.StringLookup(output_mode="one_hot")
+    lookup.adapt(words)
+    norm = keras.layers.Normalization()
+    norm.adapt(numbers)
+    vectorize = keras.layers.TextVectorization(max_tokens=20, output_mode="tf_idf")
+    vectorize.adapt(texts)
+    word = keras.Input((1,), dtype="string", name="word")
+    number = keras.Input((1,), name="number")
+    text = keras.Input((1,), dtype="string", name="text")
+    joined = keras.layers.concatenate([keras.layers.Flatten()(lookup(word)), norm(number), keras.layers.Flatten()(vectorize(text))])
+    out = keras.layers.Dense(
+        1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=1)
+    )(joined)
+    model = keras.Model([word, number, text], out)
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    return model

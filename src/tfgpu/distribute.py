@@ -215,6 +215,26 @@ def spans_workers(strategy: Any) -> bool:
     return is_parameter_server(strategy) or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
+def cluster_of(strategy: Any) -> cluster.ClusterSpec | None:
+    """The cluster ``strategy`` runs on, read from the strategy's own cluster resolver.
+
+    TF_CONFIG is one way to describe a cluster; TensorFlow's parameter-server tutorial uses a
+    ``SimpleClusterResolver`` over in-process servers, and schedulers bring resolvers of their
+    own. Reading TF_CONFIG there found none (``'NoneType' object has no attribute 'cluster'``).
+    A coordinator whose resolver names no task of its own is the chief. Without a multi-worker
+    strategy: TF_CONFIG's cluster, or None.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None) if spans_workers(strategy) else None
+    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not jobs:
+        return cluster.from_environ()
+    roles = {
+        role: tuple(tasks.values()) if isinstance(tasks, dict) else tuple(tasks) for role, tasks in jobs.items()
+    }
+    task_type = resolver.task_type or "chief"
+    return cluster.ClusterSpec(cluster=roles, task_type=task_type, task_index=int(resolver.task_id or 0))
+
+
 def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
     """(the devices the replicas run on, whether the strategy is TensorFlow's default one).
 

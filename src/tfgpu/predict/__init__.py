@@ -30,19 +30,17 @@ def predict(
     Without ``output``: ``Model.predict``'s arguments and result, on every replica of the
     model's strategy: a Keras model over arrays (or a dict / list of arrays) or a
     ``tf.data.Dataset`` of global batches, the outputs as NumPy arrays in input order (keywords
-    ``steps_per_execution``, ``strategy`` added). With an ``output`` directory: the saved model
+    ``steps_per_execution``, ``strategy`` added). With an ``output`` directory (a keyword, or a
+    path as the third argument: ``predict("model.keras", "data/", "out/")``): the saved model
     (a path) over the input file or dataset directory ``x``, each worker its part, streamed to
     disk in order and resumable (see ``tfgpu.predict.engine.predict``; returns a PredictResult;
     keywords ``options``, ``strategy``, ``overwrite``...).
     """
     x = input if x is None else x
-    if isinstance(batch_size, str | os.PathLike):
-        raise ConfigError(
-            "tfgpu.predict's third argument is batch_size, as in model.predict; the output directory "
-            "is a keyword",
-            value=str(batch_size),
-            fix=f"pass output={str(batch_size)!r}",
-        )
+    if isinstance(batch_size, str | os.PathLike) and output is None:
+        # predict(model_path, input, "out/"): a path is never a batch size, so the third
+        # argument names the output directory, as before Keras's positional batch_size was taken
+        output, batch_size = batch_size, None
     if output is None:
         from tfgpu.predict.memory import predict_arrays
 

@@ -40,10 +40,11 @@ def predict_arrays(
     import tensorflow as tf
 
     strategy = _strategy(model, strategy)
-    replicas = int(strategy.num_replicas_in_sync)
+    replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
     _check_sizes(batch_size, per_call, steps, x)
     if isinstance(x, tf.data.Dataset):
+        _check_dataset_on_workers(strategy, replicas)
         rows, dataset = None, bounded(x if steps is None else x.take(steps)).prefetch(tf.data.AUTOTUNE)
     else:
         batch = batch_size or DEFAULT_BATCH
@@ -54,8 +55,7 @@ def predict_arrays(
         if steps is not None:
             rows = min(rows, steps * global_batch)
         dataset = _batches(tensors, rows=rows, global_batch=global_batch)
-    feed = distribute.input_strategy(strategy)
-    iterator = iter(dataset if feed is None else feed.experimental_distribute_dataset(dataset))
+    iterator = _iterator(strategy, dataset, per_replica=None if rows is None else global_batch // replicas)
     call = _compiled(
         strategy, model, iterator, per_call=per_call, spec=dataset.element_spec, arrays=rows is not None
     )
@@ -109,25 +109,52 @@ def _callbacks(callbacks: Any, *, model: Any, verbose: Any, steps: int | None) -
 
 
 def _strategy(model: Any, strategy: Any) -> Any:
+    """The strategy predict runs under: the model's (or the one given, which must own it).
+
+    Under MultiWorkerMirroredStrategy every worker predicts every row on its own replicas
+    (``_iterator``): Keras's ``predict`` gives every worker the whole result too. Under
+    ParameterServerStrategy the coordinator predicts, as it evaluates
+    (``train.evaluation.evaluation_strategy``).
+    """
     import tensorflow as tf
 
     from tfgpu.train import model as model_setup
+    from tfgpu.train.evaluation import evaluation_strategy
 
     chosen = strategy or model_setup.owner(model) or tf.distribute.get_strategy()
-    if distribute.spans_workers(chosen):
-        raise ConfigError(
-            "tfgpu.predict without an output directory runs on this process's replicas only",
-            value=type(chosen).__name__,
-            fix="on a cluster, save the model and run `tfgpu predict MODEL INPUT OUTPUT` under tfgpu launch "
-            "(each worker its part, in order, on disk)",
-        )
     if not model_setup.fits_strategy(model, chosen):
         raise ConfigError(
             f"The model was not created in the {type(chosen).__name__}'s scope",
             value=type(chosen).__name__,
             fix="create the model inside `with strategy.scope():`, or leave strategy unset",
         )
-    return chosen
+    return evaluation_strategy(chosen)
+
+
+def _iterator(strategy: Any, dataset: Any, *, per_replica: int | None) -> Any:
+    """An iterator over ``dataset`` (batches of this process's replicas, in order) feeding them.
+
+    Under several workers each worker reads the whole dataset, each batch cut into its replicas'
+    contiguous slices of ``per_replica`` rows (None: a dataset's batches, one replica a worker).
+    """
+    if distribute.spans_workers(strategy):
+        return iter(
+            strategy.distribute_datasets_from_function(
+                lambda ctx: dataset if per_replica is None else dataset.rebatch(per_replica)
+            )
+        )
+    feed = distribute.input_strategy(strategy)
+    return iter(dataset if feed is None else feed.experimental_distribute_dataset(dataset))
+
+
+def _check_dataset_on_workers(strategy: Any, local_replicas: int) -> None:
+    if distribute.spans_workers(strategy) and local_replicas > 1:
+        raise ConfigError(
+            "Under several workers with several replicas each, tfgpu.predict takes arrays, not a tf.data.Dataset "
+            "(its last batch cannot be cut evenly over the replicas)",
+            value=f"{local_replicas} replicas on this worker",
+            fix="pass the arrays, or save the model and run `tfgpu predict MODEL INPUT OUTPUT` under tfgpu launch",
+        )
 
 
 def _x_of(spec: Any) -> Any:

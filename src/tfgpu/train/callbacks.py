@@ -5,10 +5,17 @@ off the main thread when no callback needs the logs at once). Two things differ 
 
 - Under several workers every worker runs the callbacks (their logs are the same global figures
   everywhere, so EarlyStopping, ReduceLROnPlateau and the like decide alike on every worker), but
-  the callbacks that write files (ModelCheckpoint, CSVLogger, TensorBoard) run on the chief only:
-  Keras's callbacks have no chief logic, and every worker would write the same path.
-- ``BackupAndRestore`` is refused: tfgpu's ``checkpoint_dir`` does its job (kill and resume to the
-  weights of an uninterrupted run, mid-epoch included) for every strategy.
+  only the chief writes files: Keras's callbacks have no chief logic, and every worker would
+  write the same path. CSVLogger and TensorBoard run on the chief only; a ModelCheckpoint runs on
+  every worker, the others saving into a scratch directory removed at the end, because saving
+  distributed variables is a collective every worker must join (TensorFlow's multi-worker guide
+  does the same; run on the chief alone, the job failed with "Collective instance 163 expected
+  type 1 and data_type 9 but got type 0 and data_type 1").
+- ``BackupAndRestore`` (the fault tolerance of TensorFlow's multi-worker and parameter-server
+  tutorials) is honoured by tfgpu's own checkpoints, with Keras's semantics (``backup``): saved
+  at each epoch's end (or every ``save_freq`` batches) into its ``backup_dir``, restored when the
+  run starts again (mid-epoch too), deleted when training ends unless ``delete_checkpoint=False``.
+  The same checkpoints work on every strategy; Keras's own callback writes from every worker.
 """
 
 from __future__ import annotations
@@ -48,13 +55,12 @@ def callback_list(
             )
         if isinstance(callback, keras.callbacks.BackupAndRestore):
             raise ConfigError(
-                "BackupAndRestore is not supported: tfgpu's checkpoint_dir does its job, on every strategy",
-                value=callback.backup_dir if hasattr(callback, "backup_dir") else None,
-                fix="drop BackupAndRestore and pass checkpoint_dir=DIR (tfgpu train --checkpoint-dir DIR): "
-                "a killed run started again resumes where it stopped",
+                "BackupAndRestore reached the callback list: the Trainer takes it out first",
+                value=callback.backup_dir,
+                fix="pass it in Task.callbacks or tfgpu.fit(callbacks=...)",
             )
     if not is_chief:
-        given = [c for c in given if not isinstance(c, _file_writers())]
+        given = _on_other_workers(given)
         verbose = 0
     return keras.callbacks.CallbackList(
         given,
@@ -65,6 +71,47 @@ def callback_list(
         epochs=epochs,
         steps=steps,
     )
+
+
+def _on_other_workers(given: list[Any]) -> list[Any]:
+    """A non-chief worker's callbacks: no CSVLogger or TensorBoard; each ModelCheckpoint saving
+    into a scratch directory, removed when training ends."""
+    import copy
+    import os
+    import tempfile
+
+    import keras
+
+    kept: list[Any] = []
+    for callback in given:
+        if isinstance(callback, keras.callbacks.ModelCheckpoint):
+            directory = tempfile.mkdtemp(prefix="tfgpu-worker-checkpoint-")
+            mine = copy.copy(callback)
+            mine.filepath = os.path.join(directory, os.path.basename(str(callback.filepath)))
+            kept += [mine, _remove_at_end(directory)]
+        elif not isinstance(callback, _file_writers()):
+            kept.append(callback)
+    return kept
+
+
+def _remove_at_end_type() -> type:
+    import keras
+
+    class RemoveAtEnd(keras.callbacks.Callback):
+        def __init__(self, directory: str) -> None:
+            super().__init__()
+            self.directory = directory
+
+        def on_train_end(self, logs: Any = None) -> None:
+            import shutil
+
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    return RemoveAtEnd
+
+
+def _remove_at_end(directory: str) -> Any:
+    return _remove_at_end_type()(directory)
 
 
 _HOOKS = {
@@ -82,4 +129,39 @@ def has_batch_hooks(callbacks: Any, *, kind: str = "train") -> bool:
         not getattr(getattr(callback, hook), "_is_default", False)
         for callback in callbacks.callbacks
         for hook in _HOOKS[kind]
+    )
+
+
+def split_backup(callbacks: Sequence[Any]) -> tuple[Any | None, tuple[Any, ...]]:
+    """(the BackupAndRestore among ``callbacks`` or None, the others)."""
+    import keras
+
+    backups = [c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore)]
+    if len(backups) > 1:
+        raise ConfigError(
+            "More than one BackupAndRestore callback",
+            value=[b.backup_dir for b in backups],
+            fix="pass one BackupAndRestore(backup_dir)",
+        )
+    others = tuple(c for c in callbacks if not isinstance(c, keras.callbacks.BackupAndRestore))
+    return (backups[0] if backups else None), others
+
+
+def backup_options(options: Any, backup: Any) -> Any:
+    """``options`` checkpointing as ``backup`` (a Keras BackupAndRestore) asks: its directory,
+    and each epoch's end (``save_freq="epoch"``) or every N batches (``save_freq=N``)."""
+    import dataclasses
+
+    if options.checkpoint_dir and str(options.checkpoint_dir) != str(backup.backup_dir):
+        raise ConfigError(
+            "checkpoint_dir and a BackupAndRestore callback are both set, to different directories",
+            value={"checkpoint_dir": options.checkpoint_dir, "backup_dir": backup.backup_dir},
+            fix="use one of them: both resume a killed run where it stopped",
+        )
+    every = backup.save_freq if isinstance(backup.save_freq, int) and backup.save_freq else None
+    return dataclasses.replace(
+        options,
+        checkpoint_dir=str(backup.backup_dir),
+        checkpoint_every=options.checkpoint_every or every,
+        checkpoint_epochs=backup.save_freq == "epoch",
     )

@@ -18,12 +18,27 @@ from tfgpu.train.windows import pythonify
 ALL = 2**31 - 1
 
 
+def evaluation_strategy(strategy: Any) -> Any:
+    """The strategy evaluation runs under: ``strategy``, except under ParameterServerStrategy,
+    where the coordinator evaluates itself (the parameter-server tutorial's inline evaluation):
+    one process, so every example counts once, the variables read from the parameter servers.
+    Scheduled on the workers instead, each would need its own exact share of the data."""
+    from tensorflow.python.distribute import distribute_lib  # the default strategy, not the scope's
+
+    from tfgpu import distribute
+
+    return distribute_lib._get_default_strategy() if distribute.is_parameter_server(strategy) else strategy
+
+
 class Evaluator:
-    """Evaluates ``model`` under ``strategy``; its compiled function is built once."""
+    """Evaluates ``model`` under ``strategy`` (see ``evaluation_strategy``); its compiled
+    function is built once. The model's state is built under the strategy that owns it."""
 
     def __init__(self, strategy: Any, model: Any) -> None:
         import tensorflow as tf
 
+        self.owner = strategy
+        strategy = evaluation_strategy(strategy)
         self.strategy, self.model = strategy, model
         self._rows = execution.example_counter(strategy)
         self._run = execution.eval_execution(strategy, model, self._rows)
@@ -32,7 +47,7 @@ class Evaluator:
 
     def __call__(self, source: Any, *, limit: int | None = None, callbacks: Any = None) -> dict[str, Any]:
         """{"examples": n, **the model's logs} over up to ``limit`` batches of ``source`` (an Input)."""
-        model_setup.build(self.model, self.strategy, source.spec())
+        model_setup.build(self.model, self.owner, source.spec())
         if callbacks is not None:
             callbacks.on_test_begin()
         self.model.reset_metrics()

@@ -29,20 +29,25 @@ data runs out. ``class_weight`` becomes sample weights, in the input pipeline.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfgpu import distribute, host
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.ingraph import bounded
 
+if TYPE_CHECKING:
+    from tfgpu.train.task import Task
+
 
 def is_arrays(source: Any) -> bool:
-    """True for ``(x, y)`` / ``(x, y, w)`` given as arrays (not a path, not a function)."""
-    return isinstance(source, tuple | list) and len(source) in (2, 3) and all(_has_rows(s) for s in source)
+    """True for ``(x,)`` / ``(x, y)`` / ``(x, y, w)`` given as arrays (not a path, not a function)."""
+    return isinstance(source, tuple | list) and len(source) in (1, 2, 3) and all(_has_rows(s) for s in source)
 
 
 def _has_rows(value: Any) -> bool:
@@ -153,7 +158,10 @@ class Input:
         import tensorflow as tf
 
         if self.element_spec is None:
-            if distribute.is_parameter_server(self.strategy):
+            if self.is_dataset:
+                dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
+                self.element_spec = dataset.element_spec
+            elif distribute.is_parameter_server(self.strategy):
                 # the workers build their own datasets; this one is only looked at
                 self.per_worker_factory()(tf.distribute.InputContext())
             else:
@@ -163,11 +171,7 @@ class Input:
     def per_worker_factory(self) -> Callable[[Any], Any]:
         """fn(input_context) -> this source's dataset on one worker (ParameterServerStrategy)."""
         if self.is_dataset:
-            raise ConfigError(
-                "Under ParameterServerStrategy the training data must be built on each worker",
-                value="a tf.data.Dataset",
-                fix="pass a data function fn(input_context, per_replica_batch), arrays or a dataset directory",
-            )
+            return _copied_to_each_worker(self.source.map(self._weigh) if self._weigh is not None else self.source)
         return self._per_worker(0)
 
     def stopped_at(self, iterator: Any, epoch: int, step: int, *, exhausted: bool = False) -> None:
@@ -214,10 +218,12 @@ class Input:
                 )
                 _check_dataset(dataset, source, training=training)
             else:
-                options = {"training": training, "supervised": True, "seed": task.seed, **task.pipeline}
-                if not training:
-                    options.update(training=False, cache=task.pipeline.get("cache", "auto"))
-                dataset = data.pipeline(source, batch_size=per_replica, input_context=ctx, **options)
+                dataset = data.pipeline(
+                    source,
+                    batch_size=per_replica,
+                    input_context=ctx,
+                    options=_pipeline_options(task, training),
+                )
             return dataset.map(self._weigh) if self._weigh is not None else dataset
 
         return make
@@ -233,7 +239,7 @@ class Input:
         if self.training:
             global_batch = per_replica * ctx.num_replicas_in_sync
             steps, offset = rows // global_batch, ctx.input_pipeline_id * per_replica * local
-            shuffle, seed = self.task.pipeline.get("shuffle", True), self.task.seed
+            shuffle, seed = self.task.shuffle, self.task.seed
 
             def epoch_order(epoch: Any) -> Any:
                 # the epoch's permutation, cut into this worker's per-replica slices of each
@@ -263,6 +269,35 @@ class Input:
             .prefetch(tf.data.AUTOTUNE)
             .with_options(parallel_options(tf, autotune=False))
         )
+
+
+def _copied_to_each_worker(dataset: Any) -> Callable[[Any], Any]:
+    """fn(input_context) -> ``dataset`` made anew on the worker that calls it, from its graph.
+
+    Each parameter-server worker reads its own copy (its batches are that worker's batches), as
+    Keras 2's ``fit`` did and the tutorial's ``dataset_fn`` does. The coordinator's dataset
+    itself cannot cross ("Failed copying input tensor ... Unable to parse tensor proto"); its
+    serialized graph, a string, can.
+    """
+    import tensorflow as tf
+
+    graph = dataset._as_serialized_graph(external_state_policy=tf.data.experimental.ExternalStatePolicy.WARN)
+    spec = dataset.element_spec
+
+    def copy(ctx: Any) -> Any:
+        return tf.data.experimental.from_variant(tf.raw_ops.DatasetFromGraph(graph_def=graph), spec)
+
+    return copy
+
+
+def _pipeline_options(task: Task, training: bool) -> Any:
+    """The Task's pipeline options as training (or evaluation) reads a dataset directory."""
+    from tfgpu.data.options import PipelineOptions
+
+    given = task.pipeline or PipelineOptions()
+    return dataclasses.replace(
+        given, training=training, supervised=True, seed=task.seed, shuffle=task.shuffle and given.shuffle
+    )
 
 
 CHUNK_BYTES = 8 << 20
@@ -346,7 +381,8 @@ def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: b
     """
     import tensorflow as tf
 
-    row_bytes = sum(t.dtype.size * max(1, int(tf.reduce_prod(t.shape[1:]))) for t in tf.nest.flatten(tensors))
+    # static shapes, in Python: under ParameterServerStrategy this runs while a function traces
+    row_bytes = sum(t.dtype.size * max(1, math.prod(t.shape[1:])) for t in tf.nest.flatten(tensors))
     chunk = max(1, min(16, CHUNK_BYTES // max(1, row_bytes * per_replica))) if training else 1
 
     def gather(i: Any) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -80,17 +81,18 @@ def fit(
     model_setup.check_compiled(model, call="tfgpu.fit")
     strategy, trained = _placement(model, strategy)
     replicas = int(strategy.num_replicas_in_sync)
-    train = _data(x, y, sample_weight, role="x")
+    train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
+    validation = None if validation_data is None else _validation(validation_data, model=trained)
     per_replica = _per_replica(batch_size, replicas, train)
     task = Task(
         model=lambda: trained,
         train_data=train,
-        eval_data=None if validation_data is None else _validation(validation_data),
+        eval_data=validation,
         batch_size=per_replica,
         steps_per_epoch=steps_per_epoch,
         seed=seed,
-        pipeline={"shuffle": bool(shuffle)},
-        callbacks=tuple(callbacks or ()),
+        shuffle=bool(shuffle),
+        callbacks=(*(callbacks or ()), *_epoch_hooks(train)),
         class_weight=class_weight,
         validation_split=validation_split,
     )
@@ -141,24 +143,25 @@ def evaluate(
     Exact for any dataset size on every replica and worker; ``x`` takes what ``tfgpu.fit``
     takes. ``verbose`` shows Keras's progress bar (on the chief only).
     """
-    from tfgpu import cluster, distribute
+    from tfgpu import distribute
     from tfgpu.train import callbacks as callback_setup
-    from tfgpu.train.evaluation import evaluator_for
+    from tfgpu.train.evaluation import evaluation_strategy, evaluator_for
 
     model_setup.check_compiled(model, call="tfgpu.evaluate")
     strategy, placed = _placement(model, strategy)
-    data = _data(x, y, sample_weight, role="x")
+    data = _data(x, y, sample_weight, role="x", model=placed)
     per_replica = _per_replica(batch_size, int(strategy.num_replicas_in_sync), data)
     task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
-    spec = cluster.from_environ()
+    spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
-    feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
+    local = distribute.is_parameter_server(strategy)  # the coordinator evaluates (evaluation_strategy)
+    feed = None if local else distribute.input_strategy(strategy, in_cluster=spec is not None)
     source = inputs.Input(
         data,
         task=task,
         training=False,
         global_batch=per_replica * int(strategy.num_replicas_in_sync),
-        strategy=feed or strategy,
+        strategy=feed or evaluation_strategy(strategy),
         direct=feed is None,
     )
     shown = _verbose(verbose) if is_chief else 0
@@ -198,13 +201,11 @@ def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
     """
     import tensorflow as tf
 
-    import tfgpu
-
     owner = model_setup.owner(model)
     if strategy is None:
         if owner is not None:
             return owner, model
-        chosen = tfgpu.strategy()
+        chosen = distribute.strategy()
         if int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen):
             return tf.distribute.get_strategy(), model
         strategy = chosen
@@ -220,37 +221,131 @@ def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
     return strategy, model_setup.recreate(model, strategy)
 
 
-def _data(x: Any, y: Any, sample_weight: Any, *, role: str) -> Any:
-    """Keras's (x, y, sample_weight) as a tfgpu data source."""
+def _data(x: Any, y: Any, sample_weight: Any, *, role: str, model: Any = None, shuffle: bool = False) -> Any:
+    """Keras's (x, y, sample_weight) as a tfgpu data source: what ``Model.fit`` takes.
+
+    Lists are structures, as Keras reads them (``fit([img, ts], [score, cls])``); a
+    ``keras.utils.PyDataset`` or a Python generator becomes a ``tf.data.Dataset`` through
+    Keras's own adapters (its workers, shuffle and signature; see ``_from_python``); ``x`` alone
+    is taken for a model that needs no labels (an endpoint layer's ``add_loss``, a custom
+    ``train_step``).
+    """
     import tensorflow as tf
 
     if x is None:
         raise ConfigError(f"{role} is missing", fix=f"pass {role}= arrays, a tf.data.Dataset or a directory")
-    if isinstance(x, tf.data.Dataset | str | os.PathLike) or _is_function(x):
+    python = _python_kind(x)
+    if isinstance(x, tf.data.Dataset | str | os.PathLike) or _is_function(x) or python:
         if y is not None or sample_weight is not None:
             raise ConfigError(
-                f"y and sample_weight go inside {role} when it is a {_kind(x)}",
-                value=_kind(x),
+                f"y and sample_weight go inside {role} when it is a {python or _kind(x)}",
+                value=python or _kind(x),
                 fix="make the dataset yield (x, y) or (x, y, sample_weight), and pass y=None",
             )
-        return x
-    if y is None:
+        return _from_python(x, kind=python, shuffle=shuffle) if python else x
+    x, y, sample_weight = _tupled(x), _tupled(y), _tupled(sample_weight)
+    if y is None and not _needs_labels(model):
+        parts: tuple[Any, ...] = (x,)
+    elif y is None:
         raise ConfigError(
-            f"{role} is given as arrays without y",
+            f"{role} is given as arrays without y, and the model's compiled loss needs labels",
             value=type(x).__name__,
             fix="pass y= (the labels), or a tf.data.Dataset of (x, y) batches",
         )
-    y = tuple(y) if isinstance(y, list) else y
-    parts = (x, y) if sample_weight is None else (x, y, sample_weight)
+    else:
+        parts = (x, y) if sample_weight is None else (x, y, sample_weight)
     if not inputs.is_arrays(parts):
         raise ConfigError(
-            f"{role}, y and sample_weight must be arrays (or dicts of arrays) with one row per example",
+            f"{role}, y and sample_weight must be arrays (or dicts, lists or tuples of arrays) with one row per example",
             value=tuple(type(p).__name__ for p in parts),
-            fix="pass NumPy arrays, or a tf.data.Dataset (Python generators and keras.utils.PyDataset: "
-            "wrap them in tf.data.Dataset.from_generator)",
+            fix="pass NumPy arrays, a tf.data.Dataset, a keras.utils.PyDataset or a Python generator",
         )
     inputs.array_rows(parts)
     return parts
+
+
+def _tupled(value: Any) -> Any:
+    """Lists as tuples, all the way down: Keras reads a list of arrays as several inputs or
+    outputs, and tf.nest then sees one structure for data and specs alike."""
+    if isinstance(value, list | tuple):
+        return tuple(_tupled(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _tupled(v) for k, v in value.items()}
+    return value
+
+
+def _needs_labels(model: Any) -> bool:
+    """Keras's own ``train_step`` with a compiled loss needs y; a model without a compiled loss
+    (``add_loss`` at an endpoint layer) or with its own ``train_step`` may not."""
+    import keras
+
+    if model is None:
+        return True
+    own_step = type(model).train_step is not keras.Model.train_step
+    return getattr(model, "_compile_loss", None) is not None and not own_step
+
+
+def _python_kind(x: Any) -> str | None:
+    import types
+
+    import keras
+
+    if isinstance(x, keras.utils.PyDataset):
+        return "keras.utils.PyDataset"
+    if isinstance(x, types.GeneratorType):
+        return "Python generator"
+    return None
+
+
+def _from_python(x: Any, *, kind: str, shuffle: bool) -> Any:
+    """A PyDataset or generator as a ``tf.data.Dataset`` of its batches, by Keras's own adapter.
+
+    Its batches are global batches, cut over the replicas as a Dataset's are; the PyDataset's
+    ``on_epoch_begin`` / ``on_epoch_end`` are called per epoch (``PythonSourceEpochs``). Its
+    workers run in this process, one batch at a time, in Python: said once, since a tf.data
+    pipeline (or arrays) feeds a GPU without the interpreter.
+    """
+    from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDataAdapter
+    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
+
+    from tfgpu import choices
+
+    adapter = PyDatasetAdapter(x, shuffle=shuffle) if kind.endswith("PyDataset") else GeneratorDataAdapter(x)
+    dataset = adapter.get_tf_dataset()
+    _ADAPTERS[dataset] = adapter
+    choices.record(
+        "input",
+        f"{kind} read through tf.data.Dataset.from_generator (Keras's adapter)",
+        "its batches are made in Python; a tf.data pipeline or arrays keep a GPU busier",
+    )
+    return dataset
+
+
+_ADAPTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # dataset -> Keras data adapter
+
+
+def _epoch_hooks(*sources: Any) -> list[Any]:
+    """Callbacks that tell the Keras adapters behind ``sources`` where epochs begin and end."""
+    import keras
+
+    class PythonSourceEpochs(keras.callbacks.Callback):
+        def __init__(self, adapter: Any) -> None:
+            super().__init__()
+            self.adapter = adapter
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self.adapter.on_epoch_begin()
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.adapter.on_epoch_end()
+
+    return [PythonSourceEpochs(_ADAPTERS[s]) for s in sources if _is_dataset(s) and s in _ADAPTERS]
+
+
+def _is_dataset(x: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(x, tf.data.Dataset)
 
 
 def _is_function(x: Any) -> bool:
@@ -263,7 +358,7 @@ def _kind(x: Any) -> str:
     return "data function" if _is_function(x) else "tf.data.Dataset"
 
 
-def _validation(data: Any) -> Any:
+def _validation(data: Any, *, model: Any) -> Any:
     """Keras's validation_data: (x, y), (x, y, sample_weight), or a dataset/directory/function."""
     if isinstance(data, tuple | list):
         if len(data) not in (2, 3):
@@ -272,8 +367,10 @@ def _validation(data: Any) -> Any:
                 value=f"{type(data).__name__} of {len(data)}",
                 fix="pass validation_data=(x_val, y_val)",
             )
-        return _data(data[0], data[1], data[2] if len(data) == 3 else None, role="validation_data")
-    return _data(data, None, None, role="validation_data")
+        return _data(
+            data[0], data[1], data[2] if len(data) == 3 else None, role="validation_data", model=model
+        )
+    return _data(data, None, None, role="validation_data", model=model)
 
 
 def _per_replica(batch_size: int | None, replicas: int, data: Any) -> int:

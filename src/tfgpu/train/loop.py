@@ -22,13 +22,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tfgpu import choices, cluster, distribute
+from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution, inputs
 from tfgpu.train import model as model_setup
 from tfgpu.train.checkpoints import Checkpoints
-from tfgpu.train.evaluation import evaluator_for
+from tfgpu.train.evaluation import evaluation_strategy, evaluator_for
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
 from tfgpu.train.task import Task
 from tfgpu.train.windows import RunLog, Window, pythonify
@@ -67,11 +67,13 @@ class Trainer:
                 fix=f"use one of {', '.join(sorted(TrainOptions.names()))}",
             )
         self.options = dataclasses.replace(options or TrainOptions(), **overrides)
+        self.backup, others = callback_setup.split_backup(task.callbacks)
+        if self.backup is not None:
+            self.options = callback_setup.backup_options(self.options, self.backup)
+            task = dataclasses.replace(task, callbacks=others)
         self.task = task
         self.on_progress = on_progress
-        import tfgpu
-
-        self.strategy = strategy if strategy is not None else tfgpu.strategy()
+        self.strategy = strategy if strategy is not None else distribute.strategy()
         self.replicas = int(self.strategy.num_replicas_in_sync)
         devices, _ = distribute.replica_devices(self.strategy)
         on_cpu = distribute.on_host_cpu(devices)
@@ -82,10 +84,11 @@ class Trainer:
                 fix="use jit_compile with GPUs or a single device, or leave it off on the CPU",
             )
         self.global_batch = task.batch_size * self.replicas
-        spec = cluster.from_environ()
+        spec = distribute.cluster_of(self.strategy)
         feed = distribute.input_strategy(self.strategy, in_cluster=spec is not None)
         self._direct = feed is None
         self._input_strategy = feed or self.strategy
+        self._cluster = spec
         self.is_chief = spec is None or spec.is_chief
         self.worker_name = f"{spec.task_type}-{spec.task_index}" if spec else "local"
         # input pipelines training side by side (MultiWorkerMirrored: one per worker)
@@ -165,13 +168,15 @@ class Trainer:
             log.info("resumed from %s at step %d", self.resumed_from, self._counters["step"])
 
     def _input(self, source: Any, *, training: bool) -> inputs.Input:
+        # under ParameterServerStrategy the coordinator evaluates, reading the data itself
+        local = not training and distribute.is_parameter_server(self.strategy)
         return inputs.Input(
             source,
             task=self.task,
             training=training,
             global_batch=self.global_batch,
-            strategy=self._input_strategy,
-            direct=self._direct,
+            strategy=evaluation_strategy(self.strategy) if local else self._input_strategy,
+            direct=self._direct or local,
         )
 
     def _function(self, name: str) -> Any:
@@ -243,7 +248,8 @@ class Trainer:
         return run
 
     def _finish(self, run: RunLog) -> TrainResult:
-        final = self._save(self._counters["step"])
+        final = None if self.backup is not None else self._save(self._counters["step"])
+        self._drop_backup()
         return run.result(
             steps=self._counters["step"],
             epochs=self._counters["epoch"],
@@ -286,7 +292,9 @@ class Trainer:
             steps=self._inputs["train"].steps_per_epoch,
         )
         if distribute.is_parameter_server(self.strategy):
-            return self._fit_parameter_server(epochs=epochs, steps=steps, callbacks=callbacks)
+            return self._fit_parameter_server(
+                epochs=epochs, steps=steps, callbacks=callbacks, validation=(validation_freq, validation_steps)
+            )
         choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
@@ -302,6 +310,14 @@ class Trainer:
                     break
         callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
+
+    def _drop_backup(self) -> None:
+        """Training ended: a BackupAndRestore's backup goes, as Keras's ``on_train_end`` does
+        (unless ``delete_checkpoint=False``), so the next run starts afresh."""
+        import shutil
+
+        if self.backup is not None and self.backup.delete_checkpoint and self.is_chief:
+            shutil.rmtree(self.backup.backup_dir, ignore_errors=True)
 
     def _train_epoch(self, run: RunLog, steps: int | None, callbacks: Any) -> bool:
         """Train until the epoch's end (True) or ``steps`` is reached (False)."""
@@ -406,6 +422,8 @@ class Trainer:
         self._last = None
         self._counters["epoch"] += 1
         self._counters["epoch_step"] = 0
+        if self.options.checkpoint_epochs:
+            self._save(self._counters["step"])
 
     # -- evaluate ------------------------------------------------------------------------------
     def evaluate(
@@ -425,7 +443,9 @@ class Trainer:
         return evaluator_for(self.strategy, self.model)(source, limit=limit, callbacks=callbacks)
 
     # -- parameter server ------------------------------------------------------------------------
-    def _fit_parameter_server(self, *, epochs: int | None, steps: int | None, callbacks: Any) -> TrainResult:
+    def _fit_parameter_server(
+        self, *, epochs: int | None, steps: int | None, callbacks: Any, validation: tuple[Any, int | None]
+    ) -> TrainResult:
         """The coordinator schedules the same execution on the workers; the hooks are shared."""
         import tensorflow as tf
 
@@ -450,7 +470,7 @@ class Trainer:
         iterators = iter(coordinator.create_per_worker_dataset(per_worker))
         model_setup.atomic_counters(self.model)  # executions run side by side on the workers
         execute = self._function("train")
-        workers = len(cluster.from_environ().cluster.get("worker", ())) or 1
+        workers = len(self._cluster.cluster.get("worker", ())) if self._cluster else 1
         choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
@@ -471,7 +491,7 @@ class Trainer:
                 self._advance(todo)
                 run.close(window)
                 if per_epoch and self._counters["epoch_step"] >= per_epoch:
-                    self._end_epoch(run, callbacks, validation=None)  # no validation under PS yet
+                    self._end_epoch(run, callbacks, validation=validation)
         callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
 

@@ -162,8 +162,40 @@ def _clone(model: Any, strategy: Any) -> Any:
         clone = keras.models.clone_model(model)
         _copy_trainable(model, clone)
         clone.set_weights(model.get_weights())
+        _copy_adapted_state(model, clone)
         clone.compile_from_config(model.get_compile_config())
     return clone
+
+
+def _copy_adapted_state(model: Any, clone: Any) -> None:
+    """What ``adapt()`` left in preprocessing layers and ``set_weights`` does not carry.
+
+    A lookup layer's vocabulary lives in a table, not in its weights: the clone's tables were
+    empty and training failed with FailedPreconditionError (Keras's structured-data examples
+    adapt StringLookup / IntegerLookup / TextVectorization before building the model). Layers
+    such as Normalization compute their constants from their adapted weights in
+    ``finalize_state``, as Keras does after loading weights.
+    """
+    ours = list(model._flatten_layers(include_self=False))
+    theirs = list(clone._flatten_layers(include_self=False))
+    for layer, copy in zip(ours, theirs, strict=True):
+        if hasattr(layer, "get_vocabulary") and hasattr(copy, "set_vocabulary"):
+            vocabulary = layer.get_vocabulary()
+            if vocabulary:
+                tf_idf = layer.get_config().get("output_mode") == "tf_idf"
+                copy.set_vocabulary(vocabulary, idf_weights=_idf(layer) if tf_idf else None)
+        if hasattr(copy, "finalize_state"):
+            copy.finalize_state()
+
+
+def _idf(layer: Any) -> Any:
+    """A tf-idf lookup's weights, one per entry of ``get_vocabulary()`` (special tokens
+    included, as ``set_vocabulary`` takes them with that vocabulary); TextVectorization keeps
+    them on its inner lookup layer, and the variable may be padded to ``max_tokens``."""
+    import numpy as np
+
+    owner = getattr(layer, "_lookup_layer", layer)
+    return np.asarray(owner.idf_weights)[: len(layer.get_vocabulary())]
 
 
 def _follow(clone: Any, model: Any, strategy: Any) -> None:

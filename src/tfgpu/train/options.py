@@ -26,7 +26,8 @@ class TrainOptions:
         jit_compile: compile the step with XLA.
         checkpoint_dir / checkpoint_every / keep_checkpoints: save model, optimizer, step and
             epoch every N steps and at the end, keep the last K; a new Trainer on the same
-            directory resumes from the latest.
+            directory resumes from the latest. ``checkpoint_epochs``: save at each epoch's end
+            too (Keras's ``BackupAndRestore(save_freq="epoch")``).
         log_dir: TensorBoard scalars (loss, examples/s, input wait), written by the chief.
         monitor_gpus: sample GPU utilization through NVML while training.
     """
@@ -37,6 +38,7 @@ class TrainOptions:
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None
     keep_checkpoints: int = 3
+    checkpoint_epochs: bool = False
     log_dir: str | None = None
     monitor_gpus: bool = True
 
