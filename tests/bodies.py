@@ -413,3 +413,41 @@ def multi_worker_tutorial(directory: str) -> dict[str, Any]:
         "predicted": tfgpu.predict(model, x, batch_size=64, verbose=0),
         "files": sorted(os.listdir(directory)),
     }
+
+
+def rows_each_worker_reads(shuffled: bool) -> list[list[int]]:
+    """The rows a worker of a 2-worker cluster takes in its first global batches of a dataset
+    of 8-row global batches, through tfgpu's own input path (``inputs.Input``)."""
+    import tensorflow as tf
+
+    import tfgpu
+    from tfgpu.train import inputs
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    rows = tf.data.Dataset.range(64)
+    dataset = (rows.shuffle(64, seed=0) if shuffled else rows).repeat().batch(8)
+    task = tfgpu.Task(model=lambda: None, train_data=dataset, batch_size=1, steps_per_epoch=4)
+    source = inputs.Input(dataset, task=task, training=True, global_batch=8, strategy=strategy, direct=False)
+    iterator, _ = source.iterator(0)
+    seen = []
+    for _ in range(4):
+        batch = next(iterator)
+        seen.append([int(v) for part in strategy.experimental_local_results(batch) for v in part.numpy()])
+    return seen
+
+
+def keras_fits_the_multi_worker_tutorial() -> list[Any]:
+    """Keras's own fit of the multi-worker tutorial's model on one device, at the global batch
+    of two workers: the reference, in a fresh process (the test process's global seed, set by
+    other tests, would change the tutorial's seeded shuffle)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "tutorials" / "multi_worker.py"
+    spec = importlib.util.spec_from_file_location("tutorial_multi_worker", path)
+    tutorial = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tutorial)
+    dataset = tutorial.mnist_dataset(128)  # before the model, as the tutorial: the model's
+    model = tutorial.build_and_compile_cnn_model()  # set_random_seed changes a seeded shuffle's order
+    history = model.fit(dataset, epochs=3, steps_per_epoch=10, verbose=0)
+    return [model.get_weights(), history.history]

@@ -304,10 +304,106 @@ def adapted_model(words: Any, numbers: Any, texts: Any) -> Any:
     word = keras.Input((1,), dtype="string", name="word")
     number = keras.Input((1,), name="number")
     text = keras.Input((1,), dtype="string", name="text")
-    joined = keras.layers.concatenate([keras.layers.Flatten()(lookup(word)), norm(number), keras.layers.Flatten()(vectorize(text))])
+    joined = keras.layers.concatenate(
+        [keras.layers.Flatten()(lookup(word)), norm(number), keras.layers.Flatten()(vectorize(text))]
+    )
     out = keras.layers.Dense(
         1, activation="sigmoid", kernel_initializer=keras.initializers.GlorotUniform(seed=1)
     )(joined)
     model = keras.Model([word, number, text], out)
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
     return model
+
+
+def _gan_class() -> Any:
+    import keras
+    import tensorflow as tf
+    from keras import ops
+
+    class GAN(keras.Model):
+        def __init__(self, discriminator, generator, latent_dim):
+            super().__init__()
+            self.discriminator = discriminator
+            self.generator = generator
+            self.latent_dim = latent_dim
+            self.d_loss_tracker = keras.metrics.Mean(name="d_loss")
+            self.g_loss_tracker = keras.metrics.Mean(name="g_loss")
+            self.seed_generator = keras.random.SeedGenerator(1337)
+
+        @property
+        def metrics(self):
+            return [self.d_loss_tracker, self.g_loss_tracker]
+
+        def compile(self, d_optimizer, g_optimizer, loss_fn):
+            super().compile()
+            self.d_optimizer = d_optimizer
+            self.g_optimizer = g_optimizer
+            self.loss_fn = loss_fn
+
+        def train_step(self, real_images):
+            if isinstance(real_images, tuple):
+                real_images = real_images[0]
+            batch_size = ops.shape(real_images)[0]
+            random_latent_vectors = keras.random.normal(
+                shape=(batch_size, self.latent_dim), seed=self.seed_generator
+            )
+            generated_images = self.generator(random_latent_vectors)
+            combined_images = ops.concatenate([generated_images, real_images], axis=0)
+            labels = ops.concatenate([ops.ones((batch_size, 1)), ops.zeros((batch_size, 1))], axis=0)
+            with tf.GradientTape() as tape:
+                predictions = self.discriminator(combined_images)
+                d_loss = self.loss_fn(labels, predictions)
+            grads = tape.gradient(d_loss, self.discriminator.trainable_weights)
+            self.d_optimizer.apply_gradients(zip(grads, self.discriminator.trainable_weights, strict=True))
+            random_latent_vectors = keras.random.normal(
+                shape=(batch_size, self.latent_dim), seed=self.seed_generator
+            )
+            misleading_labels = ops.zeros((batch_size, 1))
+            with tf.GradientTape() as tape:
+                predictions = self.discriminator(self.generator(random_latent_vectors))
+                g_loss = self.loss_fn(misleading_labels, predictions)
+            grads = tape.gradient(g_loss, self.generator.trainable_weights)
+            self.g_optimizer.apply_gradients(zip(grads, self.generator.trainable_weights, strict=True))
+            self.d_loss_tracker.update_state(d_loss)
+            self.g_loss_tracker.update_state(g_loss)
+            return {"d_loss": self.d_loss_tracker.result(), "g_loss": self.g_loss_tracker.result()}
+
+    return GAN
+
+
+def gan_model() -> Any:
+    """The GAN of keras-io guides/customizing_what_happens_in_fit.py, small: sub-models and
+    optimizers of its own, built lazily by its first step."""
+    import keras
+    from keras import layers
+
+    GAN = _gan_class()
+    latent_dim = 8
+    discriminator = keras.Sequential(
+        [
+            keras.Input((28, 28, 1)),
+            layers.Conv2D(8, 3, strides=2, padding="same"),
+            layers.LeakyReLU(0.2),
+            layers.GlobalMaxPooling2D(),
+            layers.Dense(1),
+        ],
+        name="discriminator",
+    )
+    generator = keras.Sequential(
+        [
+            keras.Input((latent_dim,)),
+            layers.Dense(7 * 7 * 8),
+            layers.LeakyReLU(0.2),
+            layers.Reshape((7, 7, 8)),
+            layers.Conv2DTranspose(8, 4, strides=4, padding="same"),
+            layers.Conv2D(1, 3, padding="same", activation="sigmoid"),
+        ],
+        name="generator",
+    )
+    gan = GAN(discriminator=discriminator, generator=generator, latent_dim=latent_dim)
+    gan.compile(
+        d_optimizer=keras.optimizers.Adam(learning_rate=0.0003),
+        g_optimizer=keras.optimizers.Adam(learning_rate=0.0003),
+        loss_fn=keras.losses.BinaryCrossentropy(from_logits=True),
+    )
+    return gan

@@ -139,7 +139,7 @@ def test_evaluate_and_predict_keep_keras_s_signature_defaults_and_results(capsys
         got = tfgpu.predict(model, data.batch(30), verbose=0)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     assert tfgpu.predict(model, x, batch_size=40, steps=2, verbose=0).shape == (80, 1)
-    with pytest.raises(tfgpu.ConfigError, match="batch_size, steps and callbacks are model.predict's"):
+    with pytest.raises(tfgpu.ConfigError, match=r"batch_size, steps and callbacks are model\.predict's"):
         tfgpu.predict(model, x, "out", steps=2)  # a path third: the output directory, as before
 
 
@@ -335,4 +335,97 @@ def test_adapted_preprocessing_layers_outside_the_scope_as_keras():
     same_weights(model.get_weights(), expected.get_weights())
     assert tfgpu.evaluate(model, data(), verbose=0, strategy=local_strategy(2)) == pytest.approx(
         expected.evaluate(data(), verbose=0), rel=1e-5
+    )
+
+
+def test_the_gan_guide_runs_as_written_on_two_replicas():
+    """Its optimizers are built by its first step, which under a strategy fails (Keras's own fit
+    needs three lines that build them by hand): tfgpu builds what the first step would, and gives
+    the figures of Keras's own fit under the same strategy with those lines."""
+    import tensorflow as tf
+
+    from fit_models import gan_model
+
+    images = np.random.default_rng(0).random((128, 28, 28, 1)).astype("float32")
+
+    def data():
+        return tf.data.Dataset.from_tensor_slices(images).batch(32)
+
+    model = in_scope(local_strategy(2), gan_model)
+    start = model.get_weights()
+    history = tfgpu.fit(model, data(), epochs=2, verbose=0)
+    with local_strategy(2).scope():
+        expected = gan_model()
+        expected.d_optimizer.build(expected.discriminator.trainable_variables)  # the three lines
+        expected.g_optimizer.build(expected.generator.trainable_variables)
+        expected.built = True
+    expected.set_weights(start)
+    same_history(history.history, expected.fit(data(), epochs=2, verbose=0).history)
+    same_weights(model.get_weights(), expected.get_weights())
+
+
+def _tutorial(name):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent.parent / "examples" / "tutorials" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"tutorial_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return path, module
+
+
+@pytest.mark.slow
+def test_the_multi_worker_tutorial_under_tfgpu_launch(tmp_path):
+    """tensorflow/docs' multi-worker tutorial under `tfgpu launch --nproc 2`: both workers end
+    with the weights and history of Keras's own fit on one device at the same global batch, and
+    BackupAndRestore's backup is gone once training ended."""
+    import json
+    import sys
+
+    from conftest import run_cli
+    from tfgpu.testing import run_on_logical_cpus
+
+    path, _ = _tutorial("multi_worker")
+    done = run_cli("launch", "--nproc", "2", "--", sys.executable, str(path), str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    expected, history = run_on_logical_cpus("bodies:keras_fits_the_multi_worker_tutorial", 1)
+    for task in ("worker-0", "worker-1"):
+        weights = np.load(tmp_path / f"{task}.npz")
+        same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected)
+        same_history(json.loads((tmp_path / f"{task}.json").read_text()), history)
+    assert not (tmp_path / "backup").exists()
+
+
+@pytest.mark.slow
+def test_the_parameter_server_tutorial_under_tfgpu_launch(tmp_path):
+    """tensorflow/docs' parameter-server tutorial (its Model.fit section: the dataset_fn of one
+    argument, TensorBoard, ModelCheckpoint and BackupAndRestore) under `tfgpu launch --ps 1`:
+    one worker runs the steps in order, so the weights are Keras's on one device; every step is
+    counted."""
+    import json
+    import sys
+
+    import tensorflow as tf
+
+    from conftest import run_cli
+
+    path, tutorial = _tutorial("parameter_server")
+    done = run_cli(
+        "launch", "--ps", "1", "--nproc", "1", "--", sys.executable, str(path), str(tmp_path), timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "chief.json").read_text())
+    assert result["iterations"] == 100 and len(result["history"]["loss"]) == 5
+    expected = tutorial.build_model()
+    history = expected.fit(
+        tutorial.dataset_fn(tf.distribute.InputContext()), epochs=5, steps_per_epoch=20, verbose=0
+    )
+    weights = np.load(tmp_path / "chief.npz")
+    same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected.get_weights())
+    same_history(result["history"], history.history)
+    assert (
+        (tmp_path / "ckpt.keras").exists()
+        and (tmp_path / "log").is_dir()
+        and not (tmp_path / "backup").exists()
     )

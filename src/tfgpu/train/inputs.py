@@ -77,6 +77,20 @@ def array_rows(source: Any) -> int:
     return next(iter(counts.values()))
 
 
+def takes_batch(fn: Callable[..., Any]) -> bool:
+    """False for ``dataset_fn(input_context)`` alone, as TensorFlow's parameter-server tutorial
+    (and Keras 2's ``DatasetCreator``) write it: it reads the per-replica batch from the context."""
+    try:
+        parameters = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) and p.name != "epoch"
+        ]
+    except (TypeError, ValueError):
+        return True
+    return len(parameters) != 1 or parameters[0].kind == parameters[0].VAR_POSITIONAL
+
+
 def takes_epoch(fn: Callable[..., Any]) -> bool:
     try:
         return "epoch" in inspect.signature(fn).parameters
@@ -213,9 +227,8 @@ class Input:
             if self._arrays_given:
                 return self._arrays(ctx, per_replica)
             if callable(source):
-                dataset = (
-                    source(ctx, per_replica, epoch=epoch) if self.per_epoch else source(ctx, per_replica)
-                )
+                args = (ctx, per_replica) if takes_batch(source) else (ctx,)
+                dataset = source(*args, epoch=epoch) if self.per_epoch else source(*args)
                 _check_dataset(dataset, source, training=training)
             else:
                 dataset = data.pipeline(

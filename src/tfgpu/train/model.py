@@ -229,7 +229,8 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
     try:
         with strategy.scope():
             if not _built(model):
-                model._symbolic_build(data_batch=element_spec)
+                _symbolic_build(model, element_spec)
+                _build_step_optimizers(model, strategy, element_spec)
             elif str(element_spec) not in _CHECKED.setdefault(model, set()):
                 # built already (trained before, or for other data): the labels still must fit;
                 # once per model and data structure (the check traces the model: tens of ms)
@@ -245,6 +246,61 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
             fix="give labels of the shape the loss expects for the model's output "
             "(e.g. integer class ids with sparse_categorical_crossentropy, one column per output unit otherwise)",
         ) from None
+
+
+def _symbolic_build(model: Any, element_spec: Any) -> None:
+    """Keras's symbolic build from the data's spec; a model with no ``call`` of its own (the
+    GAN of the "customizing fit" guide: its ``train_step`` calls its sub-models, already built)
+    is built once its sub-models are, as its first step would leave it."""
+    try:
+        model._symbolic_build(data_batch=element_spec)
+    except RuntimeError:
+        inner = list(model._flatten_layers(include_self=False))
+        if not inner or not all(layer.built for layer in inner):
+            raise
+        model.built = True
+        if model.optimizer is not None and not model.optimizer.built:
+            model.optimizer.build(model.trainable_variables)
+
+
+def _build_step_optimizers(model: Any, strategy: Any, element_spec: Any) -> None:
+    """Build the optimizers a custom ``train_step`` applies, with the variables it gives each.
+
+    Keras builds an optimizer on its first ``apply``; inside ``strategy.run`` that fails (the
+    GAN guide's ``d_optimizer`` / ``g_optimizer``: Keras's own ``fit`` needs them built by hand
+    under a strategy). One throwaway trace of the step, with ``apply`` recording its variables
+    instead of applying, tells which; nothing of that trace runs.
+    """
+    import keras
+    import tensorflow as tf
+
+    lazy = [v for v in vars(model).values() if isinstance(v, keras.optimizers.Optimizer) and not v.built]
+    if not lazy or type(model).train_step is keras.Model.train_step:
+        return
+    used: dict[int, list[Any]] = {}
+
+    def recorder(optimizer: Any) -> Any:
+        def apply(grads: Any, trainable_variables: Any = None) -> None:
+            used.setdefault(id(optimizer), []).extend(trainable_variables or [])
+
+        return apply
+
+    for optimizer in lazy:
+        object.__setattr__(optimizer, "apply", recorder(optimizer))
+    try:
+        spec = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), element_spec)
+        tf.function(lambda batch: strategy.run(model.train_step, args=(batch,))).get_concrete_function(spec)
+    finally:
+        for optimizer in lazy:
+            del optimizer.apply
+    for optimizer in lazy:
+        if used.get(id(optimizer)):
+            optimizer.build(_unique(used[id(optimizer)]))
+
+
+def _unique(variables: list[Any]) -> list[Any]:
+    seen: set[int] = set()
+    return [v for v in variables if not (id(v) in seen or seen.add(id(v)))]
 
 
 def _adopt_optimizer(model: Any, strategy: Any) -> None:
