@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit clean
+.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ test: test-main test-estimator test-wheel
 
 test-main: lint
 	$(BIN)/python -m pytest -q
+
+# the fast lane, for each edit: no test that starts a process or reads a clock (markers in pyproject.toml)
+test-fast: $(STAMP)
+	$(BIN)/ruff check src tests tests_estimator bench examples
+	$(BIN)/python -m pytest -q -m "not process and not timing"
 
 # the wheel a user installs: built here, installed with no extras in a fresh venv, run elsewhere
 test-wheel: $(STAMP)

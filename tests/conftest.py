@@ -40,6 +40,9 @@ def has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # "slow": starts several TensorFlow processes, so it starts a process
+        if "slow" in item.keywords and item.get_closest_marker("process") is None:
+            item.add_marker(pytest.mark.process)
     if any("gpu" in item.keywords for item in items) and not has_gpu():
         skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine (NVML finds none)")
         for item in items:
@@ -91,3 +94,32 @@ def run_cli(
         check=False,
         cwd=cwd,
     )
+
+
+# -- the fast lane ---------------------------------------------------------------------------------
+# `make test-fast` runs the tests that start no process and read no clock: -m "not process and not
+# timing". A test that starts a process must say so (@pytest.mark.process), or the lane would
+# quietly grow slow: starting one without the marker fails the test. TFGPU_RECORD_PROCESSES=FILE
+# lists such tests in FILE instead of failing them (to mark a suite at once).
+RECORD_PROCESSES = os.environ.get("TFGPU_RECORD_PROCESSES")
+
+
+@pytest.fixture(autouse=True)
+def _processes_carry_their_marker(request, monkeypatch):
+    if request.node.get_closest_marker("process") is not None:
+        yield
+        return
+    real = subprocess.Popen.__init__
+
+    def guarded(self, *args, **kwargs):
+        if RECORD_PROCESSES:
+            with open(RECORD_PROCESSES, "a") as out:
+                out.write(request.node.nodeid + "\n")
+            return real(self, *args, **kwargs)
+        raise AssertionError(
+            f"{request.node.nodeid} starts a process ({args[0] if args else kwargs.get('args')!r}) "
+            "without @pytest.mark.process: mark it, so `make test-fast` leaves it out"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+    yield

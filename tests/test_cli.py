@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from conftest import run_cli
 from tfgpu.testing import run_on_logical_cpus
 
 
+@pytest.mark.process
 def test_doctor_json_is_one_object_and_says_why_no_gpu():
     done = run_cli("doctor", "--json")
     assert done.returncode == 0, done.stderr
@@ -25,6 +27,7 @@ def test_doctor_json_is_one_object_and_says_why_no_gpu():
     assert data["facts"]["tensorflow"]["tensorflow"].startswith("2.")
 
 
+@pytest.mark.process
 def test_doctor_table_for_people():
     done = run_cli("doctor", env={"COLUMNS": "120"})
     assert done.returncode == 0
@@ -32,6 +35,7 @@ def test_doctor_table_for_people():
     assert "failed" in done.stdout
 
 
+@pytest.mark.process
 def test_doctor_deep_checks_replicas_agree():
     done = run_cli("doctor", "--deep", "--json")
     assert done.returncode == 0, done.stderr
@@ -40,6 +44,7 @@ def test_doctor_deep_checks_replicas_agree():
     assert any(name.startswith("matmul:") for name in checks)
 
 
+@pytest.mark.process
 def test_doctor_fails_on_malformed_tf_config_with_exit_1():
     done = run_cli(
         "doctor",
@@ -51,12 +56,14 @@ def test_doctor_fails_on_malformed_tf_config_with_exit_1():
     assert checks["tf-config"]["status"] == "fail"
 
 
+@pytest.mark.process
 def test_doctor_does_not_initialize_tensorflow_in_the_caller():
     result = run_on_logical_cpus("bodies:doctor_then_configure", 1, env={"TFGPU_LOGICAL_CPUS": ""})
     assert result["initialized_after_doctor"] is False
     assert result["devices"] == 2
 
 
+@pytest.mark.process
 def test_demo_runs_end_to_end(tmp_path):
     done = run_cli(
         "demo",
@@ -105,6 +112,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert missing.returncode == 2 and "No tfgpu run record" in missing.stderr
 
 
+@pytest.mark.process
 def test_bad_environment_value_is_one_message_and_exit_2():
     done = run_cli("demo", env={"TFGPU_LOGICAL_CPUS": "two"})
     assert done.returncode == 2
@@ -112,6 +120,7 @@ def test_bad_environment_value_is_one_message_and_exit_2():
     assert "TFGPU_LOGICAL_CPUS" in done.stderr and "'two'" in done.stderr
 
 
+@pytest.mark.process
 def test_unknown_subcommand_is_usage_error():
     done = run_cli("doctr")
     assert done.returncode == 2
@@ -120,6 +129,7 @@ def test_unknown_subcommand_is_usage_error():
 
 USER_CODE = """
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfgpu
@@ -159,6 +169,7 @@ def dataset():
 """
 
 
+@pytest.mark.process
 def test_errors_in_the_users_code_are_one_message(tmp_path):
     """A file that does not import, a function that raises, a pipeline TensorFlow rejects: exit 2,
     one message with the user's file and line (or function), no traceback unless --verbose."""
@@ -199,6 +210,7 @@ def test_errors_in_the_users_code_are_one_message(tmp_path):
     )
 
 
+@pytest.mark.process
 def test_a_module_in_the_current_folder_is_found(tmp_path):
     (tmp_path / "mymod.py").write_text(USER_CODE)
     done = run_cli(
@@ -208,6 +220,7 @@ def test_a_module_in_the_current_folder_is_found(tmp_path):
     assert "bottleneck" in done.stdout
 
 
+@pytest.mark.process
 def test_only_tfgpus_lines_unless_verbose(tmp_path):
     """TensorFlow's start-up and log lines are filtered from the CLI's stderr; --verbose and
     TFGPU_VERBOSE=1 let them through."""

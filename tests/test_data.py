@@ -93,6 +93,7 @@ def test_single_npy_file(arrays, tmp_path):
     assert np.array_equal(read_all(tmp_path / "o")["feat"], arrays["values"]["x"])
 
 
+@pytest.mark.process
 def test_image_folder_round_trips_exactly_as_raw(images, tmp_path):
     data.convert(
         images["src"], tmp_path / "raw", options=opts(image_format="raw", workers=2, keep_order=True)
@@ -108,6 +109,7 @@ def test_image_folder_round_trips_exactly_as_raw(images, tmp_path):
     assert np.allclose(manifest.stats["image_std"], allpix.std(axis=0), atol=1e-3)
 
 
+@pytest.mark.process
 def test_image_rows_shuffled_once_so_every_shard_mixes_classes(images, tmp_path):
     """A listing is class by class; by default the rows are shuffled once, the same way every time."""
     data.convert(images["src"], tmp_path / "a", options=opts(image_format="raw", min_shards=3))
@@ -330,6 +332,7 @@ def test_intact_shards_on_chunk_boundaries(arrays, monkeypatch):
     assert np.array_equal(np.sort(read_all(arrays["out"])["id"]), np.arange(1001))
 
 
+@pytest.mark.process
 def test_cli_truncated_shard_is_one_message(arrays, tmp_path):
     """A shard truncated after conversion, met mid-run by a command: exit 2, no traceback."""
     import shutil
@@ -385,6 +388,7 @@ def test_bad_sources_get_one_clear_message(tmp_path, make, needle):
     assert not (tmp_path / "out" / "manifest.json").exists()
 
 
+@pytest.mark.process
 def test_cli_bad_image_then_skip_bad(images, tmp_path):
     import shutil
 
@@ -411,6 +415,7 @@ def test_cli_bad_image_then_skip_bad(images, tmp_path):
     assert labels == [0] * 7 + [1] * 7 + [2] * 7  # the listing, class by class
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_stopped_conversion_leaves_complete_shards_and_nothing_half_written(tmp_path, workers):
     """A bad row or Ctrl-C stops the pool and kills workers mid-shard: their temporary files go,
@@ -516,6 +521,7 @@ def test_conversion_killed_halfway_resumes(images, tmp_path):
     assert not list(out.glob("*.tmp-*"))
 
 
+@pytest.mark.process
 def test_output_that_is_a_file_is_refused_and_kept(tmp_path):
     np.save(tmp_path / "x.npy", np.zeros((4, 2), "float32"))
     (tmp_path / "taken").write_text("keep me")

@@ -99,6 +99,7 @@ def test_the_service_stops_cleanly_with_its_workers(service):
     assert "Traceback" not in process.stderr.read()
 
 
+@pytest.mark.process
 def test_bad_addresses_and_ports():
     with socket.socket() as busy:
         busy.bind(("localhost", 0))
@@ -113,6 +114,7 @@ def test_bad_addresses_and_ports():
         reachable("localhost")
 
 
+@pytest.mark.process
 def test_trainer_through_the_service_reaches_the_same_weights(tmp_path):
     """One service worker, exactly once, no shuffle (the order fixed): under MirroredStrategy on
     2 logical CPU devices the Trainer reaches the weights it reaches reading locally."""
@@ -182,6 +184,7 @@ def test_two_workers_through_the_service_reach_the_weights_of_local_reading(tmp_
 DATA_SERVICE = [sys.executable, "-m", "tfgpu.cli", "data-service", "--workers", "1", "--json"]
 
 
+@pytest.mark.process
 def test_one_service_over_two_hosts(tmp_path):
     """A hosts file of two nodes (both this machine): node 0 runs the dispatcher and a worker,
     node 1 a worker that joins it; the dispatcher knows both addresses, so static sharding
@@ -251,6 +254,7 @@ def test_the_cluster_layout_comes_from_slurm():
     assert options_from(args, {}).hosts is None  # one host: the local service
 
 
+@pytest.mark.process
 def test_a_worker_past_its_restarts_stops_the_service(monkeypatch):
     from tfgpu.data.service import DataService, ServiceOptions
 
@@ -269,6 +273,7 @@ def _parent_pid(stat: Path) -> int | None:
         return None
 
 
+@pytest.mark.process
 def test_the_cli_names_a_lost_worker():
     server = subprocess.Popen(
         [*DATA_SERVICE, "--max-restarts", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -307,6 +312,7 @@ def read_with_failure(address: str, at: int, fail) -> list[int]:
     return rows
 
 
+@pytest.mark.process
 def test_a_worker_killed_mid_epoch_is_restarted_and_the_epoch_completes():
     """TensorFlow's reader waits for a lost worker for ever; the service restarts it on its port,
     and under dynamic sharding the epoch completes with every row at most once."""
@@ -329,6 +335,7 @@ def test_a_worker_killed_mid_epoch_is_restarted_and_the_epoch_completes():
     assert len(rows) == len(set(rows)) and len(rows) >= 350  # at most once: the killed split is skipped
 
 
+@pytest.mark.process
 def test_a_service_restarted_on_its_work_dir_keeps_its_readers(tmp_path):
     """Fault-tolerant mode: the dispatcher and its workers stopped mid-epoch and started again on
     the same work directory come back on the same addresses; the reader goes on."""
@@ -353,6 +360,7 @@ def test_a_service_restarted_on_its_work_dir_keeps_its_readers(tmp_path):
         DataService(ServiceOptions(workers=3, work_dir=options.work_dir)).start()
 
 
+@pytest.mark.process
 def test_train_fails_in_bounded_time_when_the_service_goes_away(tmp_path):
     """The service killed mid-training: tfgpu train stops with one message and exit 2 after
     --data-service-timeout, instead of waiting for ever as TensorFlow's reader does."""

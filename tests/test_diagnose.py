@@ -28,6 +28,7 @@ def run(workload, *, model=None, **kw):
     )
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("workload", workloads.WORKLOADS, ids=lambda w: w.name)
 def test_workload_gets_its_verdict_and_advice(workload):
     result = run(workload)
@@ -60,6 +61,7 @@ def test_workload_gets_its_verdict_and_advice(workload):
     ] == ["none"]
 
 
+@pytest.mark.timing
 def test_apply_measures_the_gain_of_parallelizing():
     result = run(workloads.by_name("sequential-map"), apply=True)
     item = next(a for a in result.advice if a.kind == "parallelize-map")
@@ -73,6 +75,7 @@ def test_apply_measures_the_gain_of_parallelizing():
     assert 0 < result.applied["device_utilization"] <= 1
 
 
+@pytest.mark.timing
 def test_a_dispatch_bound_step_is_advised_steps_per_execution_with_its_measured_gain():
     """Issue 25: the gain is the Trainer's execution at K steps per call over one per call, with
     the input attached; the overhead figure is the step's own, the same in a second diagnosis."""
@@ -99,6 +102,7 @@ def test_a_dispatch_bound_step_is_advised_steps_per_execution_with_its_measured_
     assert all((a == b).all() for a, b in zip(before, model.get_weights(), strict=True))
 
 
+@pytest.mark.timing
 def test_a_fixed_cost_step_is_not_advised_steps_per_execution():
     """Issue 25: a step that does not grow with the batch because of work in the graph (not host
     dispatch): K steps per call save almost nothing, and a larger batch is the measured fix."""
@@ -191,6 +195,7 @@ def test_without_prefetch_a_faster_stage_still_takes_turns_so_prefetch_ranks_fir
     assert with_prefetch["parallelize-map"] == pytest.approx(2250 / 1100)  # the slower side sets the pace
 
 
+@pytest.mark.timing
 def test_simulated_device_runs_at_the_rate_asked():
     """A sleep overshoots by ~0.1-0.2 ms; the device learns that and sleeps less, so a short step
     (50,000 examples/s in batches of 32: 0.64 ms) runs at the rate asked, not a fifth slower."""
@@ -214,6 +219,7 @@ def test_step_time_parsing(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
+@pytest.mark.process
 def test_cli_json_html_and_bad_input(tmp_path):
     done = run_cli(
         "diagnose",
@@ -242,6 +248,7 @@ def test_cli_json_html_and_bad_input(tmp_path):
         assert bad.returncode == 2 and needle in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
+@pytest.mark.process
 def test_cli_apply_exits_1_when_still_input_bound():
     done = run_cli(
         "diagnose",
@@ -258,6 +265,7 @@ def test_cli_apply_exits_1_when_still_input_bound():
     assert json.loads(done.stdout)["input_bound"] == "highly"
 
 
+@pytest.mark.process
 def test_cli_apply_measures_through_a_local_service():
     done = run_cli(
         "diagnose", "--dataset", f"{INPUTS}:sequential", "--step-time", "5ms", "--steps", "10",
@@ -272,6 +280,7 @@ def test_cli_apply_measures_through_a_local_service():
     assert bad.returncode == 2 and "pass --apply --service-workers 1" in bad.stderr
 
 
+@pytest.mark.process
 def test_profile_writes_a_trace(tmp_path):
     done = run_cli(
         "profile",
@@ -288,6 +297,7 @@ def test_profile_writes_a_trace(tmp_path):
     assert list(tmp_path.rglob("*.xplane.pb"))
 
 
+@pytest.mark.timing
 def test_unknown_shapes_from_numpy_function_are_measured():
     """Issue 18: tf.numpy_function leaves even the rank unknown; diagnose, --apply and a model
     device work from one real element's shapes."""

@@ -43,6 +43,7 @@ def test_migration_guide_exists_and_is_linked():
     assert "docs/migrating-from-estimator.md" in (ROOT / "README.md").read_text()
 
 
+@pytest.mark.process
 def test_migration_guide_after_example_trains(tmp_path):
     """docs/migrating-from-estimator.md's Task (examples/estimator/after.py), on 2 logical CPUs."""
     import subprocess

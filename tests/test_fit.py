@@ -341,7 +341,6 @@ def test_bad_arguments_are_one_message(reference):
         ),
         (model, dict(x=dataset, validation_split=0.2), "validation_split needs arrays in memory"),
         (model, dict(x=x, y=y, batch_size=47), "split evenly over the 2 replicas"),
-        (model, dict(x=dataset, batch_size=48), "a tf.data.Dataset is batched already"),
         (model, dict(x=x, y=y[:100]), "different numbers of rows"),
         (model, dict(x=x, y=y, epochs=-1), "epochs must be a whole number"),
         (

@@ -132,6 +132,7 @@ def test_bad_launch_configs():
         LaunchConfig(command=(PY,), nnodes=2, node_rank=2)
 
 
+@pytest.mark.process
 def test_cli_dry_run_on_this_machine():
     done = run_cli("launch", "--nproc", "3", "--dry-run", "--json", "--", PY, "train.py")
     assert done.returncode == 0, done.stderr
@@ -140,6 +141,7 @@ def test_cli_dry_run_on_this_machine():
     assert data["processes"][0]["command"] == [PY, "train.py"]
 
 
+@pytest.mark.process
 def test_cli_bad_inputs_exit_2_before_starting():
     done = run_cli("launch", "--nproc", "2", "--", "no-such-program-xyz")
     assert done.returncode == 2 and "Unknown command" in done.stderr and "Traceback" not in done.stderr
@@ -158,11 +160,13 @@ def test_cli_bad_inputs_exit_2_before_starting():
     assert done.returncode == 2 and "--port sets the ports of a multi-node cluster" in done.stderr
 
 
+@pytest.mark.process
 def test_a_worker_that_failed_silently_is_said_so():
     done = run_cli("launch", "--nproc", "1", "--", PY, "-c", "import sys; sys.exit(4)", timeout=60)
     assert done.returncode == 4 and "(worker 0 printed nothing before it failed)" in done.stderr
 
 
+@pytest.mark.process
 def test_failed_worker_stops_the_others():
     started = time.monotonic()
     done = run_cli(
@@ -177,6 +181,7 @@ def test_failed_worker_stops_the_others():
     )
 
 
+@pytest.mark.process
 def test_restart_after_a_killed_worker_finishes():
     done = run_cli(
         "launch",
@@ -202,6 +207,7 @@ def test_restart_after_a_killed_worker_finishes():
     assert once.returncode == 137 and "worker 1 failed" in once.stderr
 
 
+@pytest.mark.process
 def test_ten_megabytes_of_output_do_not_stall():
     done = run_cli("launch", "--nproc", "2", "--", PY, str(SCRIPTS / "chatty.py"), timeout=120)
     assert done.returncode == 0

@@ -302,6 +302,7 @@ def test_bad_inputs(files, tmp_path):
             )
 
 
+@pytest.mark.process
 def test_cli_bad_model_exits_2(tmp_path):
     (tmp_path / "m.keras").write_text("not a zip")
     np.save(tmp_path / "x.npy", X)
@@ -346,6 +347,7 @@ def test_one_replica_off_the_host_reads_through_the_distributed_iterator(files, 
     np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.process
 def test_a_rerun_with_another_input_or_model_is_refused_until_overwrite(files, tmp_path):
     """Issue 18: a re-run resumes only the run that made OUTPUT; nothing is lost unless --overwrite."""
     out = tmp_path / "o"

@@ -15,6 +15,7 @@ from tfgpu.testing import ProcessFailed, run_cluster, run_on_logical_cpus
 # -- configure ---------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_configure_before_initialization_applies_everything():
     result = run_on_logical_cpus("bodies:configure_fresh", 1, env={"TFGPU_LOGICAL_CPUS": ""})
     assert result["same"] and not result["initialized_before_op"]
@@ -26,6 +27,7 @@ def test_configure_before_initialization_applies_everything():
     assert again["draw"] == result["draw"]  # seed applied
 
 
+@pytest.mark.process
 def test_configure_reads_tfgpu_variables_and_explicit_wins():
     result = run_on_logical_cpus("bodies:configure_from_environment", 2, env={"TFGPU_INTER_OP_THREADS": "1"})
     assert result["devices"] == 2
@@ -165,11 +167,13 @@ def test_parameter_server_strategy_with_chief_ps_and_worker():
     assert "/job:ps" in chief["variable_device"]
 
 
+@pytest.mark.process
 def test_harness_reports_which_process_failed():
     with pytest.raises(ProcessFailed, match="process exited with status 1") as info:
         run_on_logical_cpus("bodies:fail_on_purpose", 2)
     assert "this body fails on purpose" in str(info.value)
 
 
+@pytest.mark.process
 def test_harness_gives_each_child_its_logical_devices():
     assert run_on_logical_cpus("bodies:logical_device_count", 4) == 4

@@ -201,6 +201,7 @@ def test_bad_training_options():
         tfgpu.Task(model=model, loss="hinge-ish", train_data=lambda c, b: None)
 
 
+@pytest.mark.process
 def test_cli_train_json_and_bad_task(tmp_path):
     done = run_cli(
         "train",
@@ -423,6 +424,7 @@ def test_non_finite_loss_is_named_with_its_step():
         trainer.fit(steps=20)
 
 
+@pytest.mark.timing
 def test_input_wait_is_measured_inside_the_graph():
     from tasks import slow_task
 
@@ -445,6 +447,7 @@ def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single,
         assert trainer.evaluate()["examples"] == 1001
 
 
+@pytest.mark.process
 def test_cli_bad_input_is_one_message(tmp_path):
     """The issue's sweep: each is one message naming the fix, exit 2, no traceback."""
     from concurrent.futures import ThreadPoolExecutor

@@ -183,7 +183,7 @@ class ModelDevice:
     def _execution(self) -> Any:
         from tfgpu.train import execution
 
-        key = ("train", id(self.strategy), False)  # the Trainer's key: one trace for both
+        key = ("train", self.strategy, False)  # the Trainer's key: one trace for both
         return execution.cached(
             self.model, key, lambda: execution.train_execution(self.strategy, self.model, jit_compile=False)
         )

@@ -39,7 +39,7 @@ def predict_arrays(
     import numpy as np
     import tensorflow as tf
 
-    strategy = _strategy(model, strategy)
+    strategy, model = _strategy(model, strategy)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
     _check_sizes(batch_size, per_call, steps, x)
@@ -91,11 +91,11 @@ def _check_sizes(batch_size: Any, per_call: Any, steps: Any, x: Any) -> None:
                 value=value,
                 fix=f"pass {name}=256, or leave it unset",
             )
-    if batch_size is not None and isinstance(x, tf.data.Dataset):
-        raise ConfigError(
-            "batch_size is set, but a tf.data.Dataset is batched already",
-            value=batch_size,
-            fix="leave batch_size unset and batch the dataset by the global batch",
+    if batch_size is not None and isinstance(x, tf.data.Dataset):  # Keras's predict ignores it too
+        from tfgpu import choices
+
+        choices.record(
+            "batch_size", "from the data", f"batch_size={batch_size} ignored: the data is batched already"
         )
 
 
@@ -108,8 +108,9 @@ def _callbacks(callbacks: Any, *, model: Any, verbose: Any, steps: int | None) -
     )
 
 
-def _strategy(model: Any, strategy: Any) -> Any:
-    """The strategy predict runs under: the model's (or the one given, which must own it).
+def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
+    """(The strategy predict runs under, the model to run): the model's own strategy, or the
+    one given (a model from no scope is re-created in it, as ``tfgpu.fit`` does).
 
     Under MultiWorkerMirroredStrategy every worker predicts every row on its own replicas
     (``_iterator``): Keras's ``predict`` gives every worker the whole result too. Under
@@ -123,12 +124,15 @@ def _strategy(model: Any, strategy: Any) -> Any:
 
     chosen = strategy or model_setup.owner(model) or tf.distribute.get_strategy()
     if not model_setup.fits_strategy(model, chosen):
-        raise ConfigError(
-            f"The model was not created in the {type(chosen).__name__}'s scope",
-            value=type(chosen).__name__,
-            fix="create the model inside `with strategy.scope():`, or leave strategy unset",
-        )
-    return evaluation_strategy(chosen)
+        if model_setup.owner(model) is not None:
+            raise ConfigError(
+                f"The model was created in the scope of a {type(model_setup.owner(model)).__name__}, "
+                f"not of the {type(chosen).__name__} passed",
+                value=type(chosen).__name__,
+                fix="pass the strategy the model was created under, or leave strategy unset",
+            )
+        model = model_setup.recreate(model, chosen)  # as fit and evaluate: its copy in the scope
+    return evaluation_strategy(chosen), model
 
 
 def _iterator(strategy: Any, dataset: Any, *, per_replica: int | None) -> Any:

@@ -165,3 +165,27 @@ def backup_options(options: Any, backup: Any) -> Any:
         checkpoint_every=options.checkpoint_every or every,
         checkpoint_epochs=backup.save_freq == "epoch",
     )
+
+
+def acting_per_batch(callbacks: Sequence[Any]) -> list[str]:
+    """The user's callbacks that act on every batch: their train batch hooks do something.
+
+    Keras calls batch hooks once per compiled call, and its ``fit`` makes one step a call unless
+    the model was compiled with more; a callback that records or saves per batch
+    (``LossHistory``, ``ModelCheckpoint(save_freq=N)``) sees what Keras shows it only at the
+    model's own ``steps_per_execution``. TensorBoard and ModelCheckpoint act per batch only when
+    their frequency is a number of batches; the progress bar only redraws.
+    """
+    import keras
+
+    names = []
+    for callback in callbacks:
+        if isinstance(callback, keras.callbacks.ProgbarLogger | keras.callbacks.BackupAndRestore):
+            continue
+        if isinstance(callback, keras.callbacks.TensorBoard) and not isinstance(callback.update_freq, int):
+            continue
+        if isinstance(callback, keras.callbacks.ModelCheckpoint) and not isinstance(callback.save_freq, int):
+            continue
+        if any(not getattr(getattr(callback, hook), "_is_default", False) for hook in _HOOKS["train"]):
+            names.append(type(callback).__name__)
+    return names

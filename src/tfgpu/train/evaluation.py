@@ -71,4 +71,4 @@ class Evaluator:
 
 def evaluator_for(strategy: Any, model: Any) -> Evaluator:
     """One Evaluator per model and strategy: a new compiled function would trace again."""
-    return execution.cached(model, ("evaluator", id(strategy)), lambda: Evaluator(strategy, model))
+    return execution.cached(model, ("evaluator", strategy), lambda: Evaluator(strategy, model))

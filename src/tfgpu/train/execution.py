@@ -58,8 +58,9 @@ def cached(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
 
     A new ``tf.function`` traces again: seconds per ``fit`` call on a GPU. The functions take the
     iterator as an argument, so a new dataset of the same structure reuses the trace. ``key``
-    holds the strategy (by identity) and the options the function closes over; a change of
-    ``compiled_state`` (re-compiled, ``trainable`` changed) drops every function of the model.
+    holds the strategy (the object: a freed one's id can be reused) and the options the function
+    closes over; a change of ``compiled_state`` (re-compiled, ``trainable`` changed) drops every
+    function of the model.
     """
     state = compiled_state(model)
     entry = _COMPILED.get(model)

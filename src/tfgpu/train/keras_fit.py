@@ -17,8 +17,9 @@ import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from tfgpu import distribute
+from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
+from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import inputs
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
@@ -98,8 +99,10 @@ def fit(
     )
     _check_class_weight(trained, class_weight)
     _check_validation_freq(validation_freq)
+    acting = None if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
+    per_batch = int(getattr(trained, "steps_per_execution", 1) or 1) if acting else None
     options = TrainOptions(
-        steps_per_execution=steps_per_execution or _compiled_steps(trained),
+        steps_per_execution=steps_per_execution or _compiled_steps(trained) or per_batch,
         log_every=log_every,
         jit_compile=jit_compile,
         checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
@@ -107,6 +110,13 @@ def fit(
         log_dir=None if log_dir is None else str(log_dir),
     )
     trainer = Trainer(task, strategy=strategy, options=options)
+    if acting and not _compiled_steps(trained):
+        choices.record(
+            "steps_per_execution",
+            per_batch,
+            f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
+            "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
+        )
     result = trainer.fit(
         epochs=epochs,
         initial_epoch=initial_epoch,
@@ -116,8 +126,9 @@ def fit(
     )
     history = trained.history
     history.train_result = result
-    if trained is not model:  # re-created in the strategy's scope: the user's model gets the weights
+    if trained is not model:  # re-created in the strategy's scope: the user's model gets the state
         model.set_weights(trained.get_weights())
+        model_setup.copy_optimizer_state(trained, model)
         model.history = history
     return history
 
@@ -144,7 +155,6 @@ def evaluate(
     takes. ``verbose`` shows Keras's progress bar (on the chief only).
     """
     from tfgpu import distribute
-    from tfgpu.train import callbacks as callback_setup
     from tfgpu.train.evaluation import evaluation_strategy, evaluator_for
 
     model_setup.check_compiled(model, call="tfgpu.evaluate")
@@ -308,8 +318,6 @@ def _from_python(x: Any, *, kind: str, shuffle: bool) -> Any:
     from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDataAdapter
     from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 
-    from tfgpu import choices
-
     adapter = PyDatasetAdapter(x, shuffle=shuffle) if kind.endswith("PyDataset") else GeneratorDataAdapter(x)
     dataset = adapter.get_tf_dataset()
     _ADAPTERS[dataset] = adapter
@@ -378,14 +386,21 @@ def _per_replica(batch_size: int | None, replicas: int, data: Any) -> int:
     import tensorflow as tf
 
     if isinstance(data, tf.data.Dataset):
-        if batch_size is not None:
-            raise ConfigError(
-                "batch_size is set, but a tf.data.Dataset is batched already",
-                value=batch_size,
-                fix="leave batch_size unset and batch the dataset by the global batch",
+        if batch_size is not None:  # Keras ignores it too (the guides pass it with a PyDataset)
+            choices.record(
+                "batch_size", "from the data", f"batch_size={batch_size} ignored: the data is batched already"
             )
         return 1
-    batch = DEFAULT_BATCH if batch_size is None else batch_size
+    if batch_size is None:  # Keras's default, made to split evenly over the replicas
+        batch = -(-DEFAULT_BATCH // replicas) * replicas
+        if batch != DEFAULT_BATCH:
+            choices.record(
+                "batch_size",
+                batch,
+                f"Keras's default of {DEFAULT_BATCH}, rounded up to split over {replicas} replicas",
+            )
+        return batch // replicas
+    batch = batch_size
     if not isinstance(batch, int) or batch < 1 or batch % replicas:
         raise ConfigError(
             f"batch_size is the global batch and must split evenly over the {replicas} replicas",

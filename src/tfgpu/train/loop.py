@@ -182,7 +182,7 @@ class Trainer:
     def _function(self, name: str) -> Any:
         """The compiled functions, built once per model, strategy and compiled state (a new
         tf.function would retrace; a re-compiled model needs a new one, see ``execution.cached``)."""
-        key = (name, id(self.strategy), self.options.jit_compile)
+        key = (name, self.strategy, self.options.jit_compile)  # the object: a freed one's id is reused
         return execution.cached(self.model, key, lambda: self._make_function(name))
 
     def _make_function(self, name: str) -> Any:

@@ -103,8 +103,8 @@ _COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {id
 class _Copy:
     """A model's copy in a strategy's scope, and the compiled state of the model it follows."""
 
-    def __init__(self, clone: Any, state: tuple[Any, ...]) -> None:
-        self.clone, self.state = clone, state
+    def __init__(self, clone: Any, state: tuple[Any, ...], strategy: Any) -> None:
+        self.clone, self.state, self.strategy = clone, state, strategy
 
 
 def recreate(model: Any, strategy: Any) -> Any:
@@ -128,9 +128,11 @@ def recreate(model: Any, strategy: Any) -> Any:
     copies = _COPIES.setdefault(model, {})
     state = compiled_state(model)
     copy = copies.get(id(strategy))
+    if copy is not None and copy.strategy is not strategy:  # an id reused by a new strategy
+        copy = None
     try:
         if copy is None:
-            copy = copies[id(strategy)] = _Copy(_clone(model, strategy), state)
+            copy = copies[id(strategy)] = _Copy(_clone(model, strategy), state, strategy)
             choices.record(
                 "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
             )
@@ -138,6 +140,7 @@ def recreate(model: Any, strategy: Any) -> Any:
             _follow(copy.clone, model, strategy)
             copy.state = state
         copy.clone.set_weights(model.get_weights())
+        copy_optimizer_state(model, copy.clone, strategy=strategy)
     except ConfigError:
         raise
     except Exception as exc:  # Keras raises several types for models it cannot clone
@@ -151,6 +154,26 @@ def recreate(model: Any, strategy: Any) -> Any:
     return copy.clone
 
 
+def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> None:
+    """``source``'s optimizer state (its step count, Adam's moments...) into ``target``'s, the
+    same model's copy: a model restored by ``keras.models.load_model`` goes on with its
+    optimizer's state under Keras, and must under tfgpu's copy of it too (a fresh optimizer
+    trained the tutorial's restored model to other weights). ``target``'s optimizer is built
+    for its variables first when it is not (under ``strategy``'s scope, or its own)."""
+    import contextlib
+
+    mine, theirs = getattr(source, "optimizer", None), getattr(target, "optimizer", None)
+    if mine is None or theirs is None or not mine.built:
+        return
+    if not theirs.built:
+        with strategy.scope() if strategy is not None else contextlib.nullcontext():
+            theirs.build(target.trainable_variables)
+    if len(mine.variables) != len(theirs.variables):
+        return  # another optimizer (re-compiled in between): it starts afresh, as under Keras
+    for value, variable in zip(mine.variables, theirs.variables, strict=True):
+        variable.assign(value)
+
+
 def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -158,10 +181,14 @@ def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 def _clone(model: Any, strategy: Any) -> Any:
     import keras
 
+    _build_as_first_call(model)
+    weights = model.get_weights()  # outside the scope: a sub-model's may belong to another strategy
     with strategy.scope():
-        clone = keras.models.clone_model(model)
+        clone = keras.models.clone_model(model, clone_function=_clone_layer)
+        if not clone.built and model.built and _input_shape(model) is not None:
+            clone.build(_input_shape(model))  # a Sequential without Input, built by its first call
         _copy_trainable(model, clone)
-        clone.set_weights(model.get_weights())
+        clone.set_weights(weights)
         _copy_adapted_state(model, clone)
         clone.compile_from_config(model.get_compile_config())
     return clone
@@ -196,6 +223,38 @@ def _idf(layer: Any) -> Any:
 
     owner = getattr(layer, "_lookup_layer", layer)
     return np.asarray(owner.idf_weights)[: len(layer.get_vocabulary())]
+
+
+def _clone_layer(layer: Any) -> Any:
+    """Keras's own clone of a layer (``from_config(get_config())``), or, for a config holding a
+    function of the user's (TextVectorization's ``standardize`` in keras-io's text example:
+    "Could not parse config: <function custom_standardization>"), the layer made from it."""
+    config = layer.get_config()
+    try:
+        return type(layer).from_config(config)
+    except TypeError:
+        return type(layer)(**config)
+
+
+def _build_as_first_call(model: Any) -> None:
+    """A Sequential without an Input whose first layer ``adapt()`` built (the regression
+    tutorial's ``Sequential([normalizer, Dense(1)])``), built for that layer's input as its first
+    call would: unbuilt, its clone had none of its weights."""
+    import keras
+
+    if model.built or not isinstance(model, keras.Sequential) or not model.layers:
+        return
+    shapes = getattr(model.layers[0], "_build_shapes_dict", None) or {}
+    shape = next(iter(shapes.values()), None)
+    if model.layers[0].built and shape:
+        model.build((None, *tuple(shape)[1:]))
+
+
+def _input_shape(model: Any) -> Any:
+    try:
+        return model.input_shape
+    except (AttributeError, ValueError):
+        return None
 
 
 def _follow(clone: Any, model: Any, strategy: Any) -> None:
