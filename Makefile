@@ -51,10 +51,11 @@ test: test-main test-estimator test-wheel
 test-main: lint
 	$(BIN)/python -m pytest -q
 
-# the fast lane, for each edit: no test that starts a process or reads a clock (markers in pyproject.toml)
+# the fast lane, for each edit: no test that starts a process, reads a clock or trains a real model for
+# seconds (markers in pyproject.toml); make test runs them all
 test-fast: $(STAMP)
 	$(BIN)/ruff check src tests tests_estimator bench examples
-	$(BIN)/python -m pytest -q -m "not process and not timing"
+	$(BIN)/python -m pytest -q -m "not process and not timing and not heavy"
 
 # the wheel a user installs: built here, installed with no extras in a fresh venv, run elsewhere
 test-wheel: $(STAMP)

@@ -56,6 +56,7 @@ def test_every_row_once_through_two_workers(service):
     assert rows_through(service["address"], static, "static") == local
 
 
+@pytest.mark.heavy
 def test_tfgpu_pipeline_through_the_service(service, tmp_path):
     """Reading and parsing on the service's workers, batching here: the rows of the local pipeline."""
     import numpy as np

@@ -57,6 +57,7 @@ def _kinds(d):
     }
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["arrays", "dataset", "directory", "data function"])
 def test_fit_and_evaluate_take_every_input_kind(dataset, kind):
     x, y = _kinds(dataset)[kind]
@@ -74,6 +75,7 @@ def test_fit_and_evaluate_take_every_input_kind(dataset, kind):
     assert max(np.abs(a - b).max() for a, b in zip(model.get_weights(), before, strict=True)) > 1e-4
 
 
+@pytest.mark.heavy
 def test_fit_on_a_directory_shuffles_as_asked(dataset, clean_choices):
     """shuffle=False reads the stored order each epoch (two fits give equal weights); the
     default shuffles it (the weights differ)."""

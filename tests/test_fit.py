@@ -122,6 +122,7 @@ def test_two_outputs_with_per_output_losses_weights_and_metrics():
     same_weights(model.get_weights(), expected.get_weights())
 
 
+@pytest.mark.heavy
 def test_class_weight_and_sample_weight_match_keras(reference):
     x, y = reference["x"], reference["y"]
     weights = {0: 1.0, 1: 3.0}
@@ -141,6 +142,7 @@ def test_class_weight_and_sample_weight_match_keras(reference):
     same_history(history.history, keras_history.history)
 
 
+@pytest.mark.heavy
 def test_a_custom_train_step_is_honoured(reference):
     x, y = reference["x"][:768], reference["y"][:768]
     expected = custom_step_model()
@@ -160,6 +162,7 @@ def test_a_custom_train_step_is_honoured(reference):
     )
 
 
+@pytest.mark.heavy
 def test_a_tf_data_dataset_of_global_batches(reference):
     x, y = reference["x"][:768], reference["y"][:768]
     expected = binary_model()
@@ -179,6 +182,7 @@ def test_a_tf_data_dataset_of_global_batches(reference):
     assert [result["steps"] for result in again.train_result.history] == [16, 16]
 
 
+@pytest.mark.heavy
 def test_warm_up_is_reported_apart_from_the_steady_state(reference):
     """Issue 25: the first call (tracing), each epoch's first fetch and the epoch that fills a
     cache are warm-up, reported on their own; the verdict and examples/s are the steady state's,
@@ -230,6 +234,7 @@ def test_batch_callbacks_once_per_execution_as_keras(reference):
     assert [s[0] for s in seen[:5]] == [3, 7, 11, 15, "epoch"]
 
 
+@pytest.mark.heavy
 def test_early_stopping_reduce_lr_checkpoints_and_csv(reference, tmp_path):
     x, y = reference["x"], reference["y"]
 
@@ -313,6 +318,7 @@ def test_terminate_on_nan_stops_as_in_keras(reference):
         )
 
 
+@pytest.mark.heavy
 def test_mixed_float16_trains_with_loss_scaling(reference, clean_choices):
     from tfgpu import choices
 
@@ -413,6 +419,7 @@ def test_predict_in_memory_keeps_the_input_order(reference):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.heavy
 def test_real_models_on_two_replicas_track_keras_on_one_device():
     """Batch norm (MobileNetV2) keeps statistics per replica: the reference is Keras's own fit
     under the same MirroredStrategy (against one device the losses only stay close, and how

@@ -58,6 +58,9 @@ from guides import (
 from test_fit import same_history, same_weights
 
 # -- the two ways each guide runs ------------------------------------------------------------------
+# every guide trains real models for seconds: make test runs them, make test-fast does not
+pytestmark = pytest.mark.heavy
+
 KERAS = SimpleNamespace(
     name="keras",
     fit=lambda model, *args, **kwargs: model.fit(*args, **kwargs),

@@ -41,6 +41,7 @@ def _fine_tune(fit, model, base, x, y):
     return tuned.history, still.history, moved, unmoved
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("where", ["in-scope", "outside-scope"])
 def test_fine_tuning_follows_compile_and_trainable_as_keras(where):
     x, y = binary_data(384)
@@ -91,6 +92,7 @@ def test_evaluate_after_re_compile_is_keras_and_repeatable():
     assert first == pytest.approx(reference.evaluate(x, y, verbose=0, return_dict=True), rel=1e-5)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_train_step_s_own_logs_are_reported_as_keras_reports_them(replicas):
     x, y = binary_data(384)
@@ -109,6 +111,7 @@ def test_a_train_step_s_own_logs_are_reported_as_keras_reports_them(replicas):
     assert got == pytest.approx(expected.evaluate(x[:96], y[:96], batch_size=48, verbose=0, return_dict=True))
 
 
+@pytest.mark.heavy
 def test_evaluate_and_predict_keep_keras_s_signature_defaults_and_results(capsys):
     import tensorflow as tf
 
@@ -151,6 +154,7 @@ def _two_in_two_out_data(rows=192):
     return [a, b], [score, kind]
 
 
+@pytest.mark.heavy
 def test_lists_for_several_inputs_and_outputs_as_keras():
     x, y = _two_in_two_out_data()
     expected = two_in_two_out()
@@ -202,6 +206,7 @@ class _Batches(keras.utils.PyDataset):
         self.epochs_ended += 1
 
 
+@pytest.mark.heavy
 def test_a_py_dataset_with_workers_and_a_generator_as_keras(clean_choices):
     from tfgpu import choices
 
@@ -240,6 +245,7 @@ class _Interrupt(keras.callbacks.Callback):
             raise RuntimeError("interrupted")
 
 
+@pytest.mark.heavy
 def test_backup_and_restore_resumes_at_the_epoch_as_keras(tmp_path):
     x, y = binary_data(384)
     keras_model = binary_model()
@@ -338,6 +344,7 @@ def test_adapted_preprocessing_layers_outside_the_scope_as_keras():
     )
 
 
+@pytest.mark.heavy
 def test_the_gan_guide_runs_as_written_on_two_replicas():
     """Its optimizers are built by its first step, which under a strategy fails (Keras's own fit
     needs three lines that build them by hand): tfgpu builds what the first step would, and gives

@@ -94,6 +94,7 @@ def test_evaluation_from_a_tfgpu_dataset(single, tmp_path):
         assert metrics["accuracy"] == pytest.approx(single["eval"]["accuracy"], abs=1e-6)
 
 
+@pytest.mark.heavy
 def test_steps_per_execution_and_xla_give_the_same_weights(single):
     trainer, _result = train(2, steps_per_execution=4)
     assert_same_weights(trainer.model.get_weights(), single["weights"])
@@ -334,6 +335,7 @@ def _array_task(per_replica, **extra):
     return dataclasses.replace(make_task(per_replica), train_data=(x, y), eval_data=(x, y), **extra)
 
 
+@pytest.mark.heavy
 def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
     reference = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
     result = reference.fit(epochs=2)
