@@ -391,7 +391,7 @@ def multi_worker_tutorial(directory: str) -> dict[str, Any]:
     import tensorflow as tf
 
     import tfgpu
-    from fit_models import binary_data, binary_model
+    from fit_models import binary_data, binary_model, grad_norm_model
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     task = json.loads(os.environ["TF_CONFIG"])["task"]
@@ -406,7 +406,10 @@ def multi_worker_tutorial(directory: str) -> dict[str, Any]:
             verbose=0,
             callbacks=[keras.callbacks.ModelCheckpoint(os.path.join(directory, "ckpt-{epoch}.keras"))],
         )
+        stepped = grad_norm_model()  # a train_step with logs of its own: the same on every worker
+    own_logs = tfgpu.fit(stepped, dataset, epochs=2, verbose=0).history
     return {
+        "own_logs": own_logs,
         "task": f"{task['type']}:{task['index']}",
         "history": history.history,
         "weights": model.get_weights(),

@@ -310,9 +310,16 @@ def test_the_multi_worker_tutorial_checkpoints_and_predicts_on_every_worker(tmp_
         tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48), epochs=2, verbose=0
     )
     want = expected.predict(x, batch_size=64, verbose=0)
+    # a train_step's own logs (grad_norm): each worker's replica's, averaged over the workers, as
+    # Keras averages over a MirroredStrategy's replicas; Keras's own fit cannot run here
+    mirrored = in_scope(local_strategy(2), grad_norm_model)
+    own_logs = mirrored.fit(
+        tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48), epochs=2, verbose=0
+    )
     results = run_cluster("bodies:multi_worker_tutorial", workers=2, args=(str(tmp_path),), timeout=400)
     for result in results.values():
         same_history(result["history"], history.history)
+        same_history(result["own_logs"], own_logs.history)
         np.testing.assert_allclose(result["predicted"], want, rtol=1e-5, atol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-1.keras", "ckpt-2.keras"]
 

@@ -229,7 +229,8 @@ def cluster_of(strategy: Any) -> cluster.ClusterSpec | None:
     if not jobs:
         return cluster.from_environ()
     roles = {
-        role: tuple(tasks.values()) if isinstance(tasks, dict) else tuple(tasks) for role, tasks in jobs.items()
+        role: tuple(tasks.values()) if isinstance(tasks, dict) else tuple(tasks)
+        for role, tasks in jobs.items()
     }
     task_type = resolver.task_type or "chief"
     return cluster.ClusterSpec(cluster=roles, task_type=task_type, task_index=int(resolver.task_id or 0))

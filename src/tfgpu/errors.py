@@ -51,6 +51,18 @@ class InputError(TfgpuError, ValueError):
     """A file, record or other input the user named cannot be used."""
 
 
+def refuse_unknown(given: object, known: object, *, what: str) -> None:
+    """A ConfigError naming the names in ``given`` that are not in ``known``, and the known ones:
+    options are frozen dataclasses whose field names are the only keywords taken."""
+    unknown = sorted(set(given) - set(known))  # type: ignore[call-overload]
+    if unknown:
+        raise ConfigError(
+            f"Unknown {what}",
+            value=unknown,
+            fix=f"use one of {', '.join(sorted(known))}",  # type: ignore[call-overload]
+        )
+
+
 def from_graph_assertion(exc: BaseException) -> InputError | None:
     """tfgpu's own in-graph check (a truncated TFRecord file, say) as an InputError; else None.
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tfgpu.errors import ConfigError
+from tfgpu.errors import ConfigError, refuse_unknown
 
 CACHE_MODES = ("auto", "memory", "disk", "off")
 ON_CORRUPT = ("fail", "skip")
@@ -115,13 +115,7 @@ class PipelineOptions:
         with the list of those there are."""
         given = dict(options) if isinstance(options, Mapping) else {}
         given.update(overrides)
-        unknown = sorted(set(given) - cls.names())
-        if unknown:
-            raise ConfigError(
-                "Unknown pipeline option",
-                value=unknown,
-                fix=f"use one of {', '.join(sorted(cls.names()))}",
-            )
+        refuse_unknown(given, cls.names(), what="pipeline option")
         base = options if isinstance(options, PipelineOptions) else cls()
         return dataclasses.replace(base, **given)
 

@@ -172,11 +172,14 @@ class StepLogs:
         def mean(value: Any) -> Any:
             if not value.dtype.is_floating:
                 return value
-            context = tf.distribute.get_replica_context()
-            return context.all_reduce(tf.distribute.ReduceOp.MEAN, value)
+            # this worker's figure on each of its replicas, averaged over every replica of every
+            # worker (the same count on each): the mean of the workers' figures
+            on_replicas = self.strategy.experimental_distribute_values_from_function(
+                lambda ctx: tf.identity(value)
+            )
+            return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, on_replicas, axis=None)
 
-        reduced = self.strategy.run(lambda: tf.nest.map_structure(mean, logs))
-        return tf.nest.map_structure(lambda v: self.strategy.experimental_local_results(v)[0], reduced)
+        return tf.nest.map_structure(mean, logs)
 
 
 def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:

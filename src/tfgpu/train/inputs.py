@@ -185,7 +185,9 @@ class Input:
     def per_worker_factory(self) -> Callable[[Any], Any]:
         """fn(input_context) -> this source's dataset on one worker (ParameterServerStrategy)."""
         if self.is_dataset:
-            return _copied_to_each_worker(self.source.map(self._weigh) if self._weigh is not None else self.source)
+            return _copied_to_each_worker(
+                self.source.map(self._weigh) if self._weigh is not None else self.source
+            )
         return self._per_worker(0)
 
     def stopped_at(self, iterator: Any, epoch: int, step: int, *, exhausted: bool = False) -> None:

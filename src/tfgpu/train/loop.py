@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfgpu import choices, distribute
-from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.errors import ConfigError, TfgpuError, refuse_unknown
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution, inputs
 from tfgpu.train import model as model_setup
@@ -59,13 +59,7 @@ class Trainer:
         on_progress: Callable[[Progress], None] | None = None,
         **overrides: Any,
     ) -> None:
-        unknown = sorted(set(overrides) - TrainOptions.names())
-        if unknown:
-            raise ConfigError(
-                "Unknown Trainer option",
-                value=unknown,
-                fix=f"use one of {', '.join(sorted(TrainOptions.names()))}",
-            )
+        refuse_unknown(overrides, TrainOptions.names(), what="Trainer option")
         self.options = dataclasses.replace(options or TrainOptions(), **overrides)
         self.backup, others = callback_setup.split_backup(task.callbacks)
         if self.backup is not None:
@@ -293,7 +287,10 @@ class Trainer:
         )
         if distribute.is_parameter_server(self.strategy):
             return self._fit_parameter_server(
-                epochs=epochs, steps=steps, callbacks=callbacks, validation=(validation_freq, validation_steps)
+                epochs=epochs,
+                steps=steps,
+                callbacks=callbacks,
+                validation=(validation_freq, validation_steps),
             )
         choices.announce()
         self.model.stop_training = False
