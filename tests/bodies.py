@@ -263,7 +263,7 @@ def fit_on_workers(directory: str) -> dict[str, Any]:
             keras.callbacks.ModelCheckpoint(str(mine / "m.keras")),
         ],
     )
-    evaluated = tfgpu.evaluate(model, x, y, batch_size=50)
+    evaluated = tfgpu.evaluate(model, x, y, batch_size=50, return_dict=True)
     dataset = tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48)
     tfgpu.fit(from_dataset, dataset, epochs=2, verbose=0)
     return {

@@ -129,7 +129,6 @@ def test_unknown_subcommand_is_usage_error():
 
 USER_CODE = """
 import numpy as np
-import pytest
 import tensorflow as tf
 
 import tfgpu
