@@ -242,7 +242,7 @@ def test_the_cluster_layout_comes_from_slurm():
 
     args = argparse.Namespace(
         workers=1, port=0, work_dir=None, host="localhost", max_restarts=3, hosts=None, node_rank=0,
-        ready_timeout=120.0,
+        ready_timeout=120.0, nnodes=None, subdomain=None,
     )  # fmt: skip
     slurm = {
         "SLURM_JOB_ID": "7",

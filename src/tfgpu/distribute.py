@@ -215,6 +215,18 @@ def spans_workers(strategy: Any) -> bool:
     return is_parameter_server(strategy) or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
+def barrier(strategy: Any) -> None:
+    """Wait until every worker of a multi-worker strategy reaches this point (a one-number
+    all-reduce); a no-op elsewhere. Why: a worker's own file writes are not collective, so the
+    chief must not remove what a slower worker is still writing."""
+    if not spans_workers(strategy) or is_parameter_server(strategy):
+        return
+    import tensorflow as tf
+
+    ones = strategy.experimental_distribute_values_from_function(lambda _: tf.constant(1.0))
+    strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+
+
 def cluster_of(strategy: Any) -> cluster.ClusterSpec | None:
     """The cluster ``strategy`` runs on, read from the strategy's own cluster resolver.
 

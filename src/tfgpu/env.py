@@ -7,6 +7,7 @@ parses and checks its variable here, so a bad value is reported with the variabl
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +35,8 @@ STRATEGY_VARIABLE = "TFGPU_STRATEGY"
 PROGRESS_VARIABLE = "TFGPU_PROGRESS"
 VERBOSE_VARIABLE = "TFGPU_VERBOSE"
 ATTEMPT_VARIABLE = "TFGPU_LAUNCH_ATTEMPT"  # set by `tfgpu launch`: 0 first, 1 after a restart, ...
+PODINFO_VARIABLE = "TFGPU_PODINFO"  # the Downward API folder of a Kubernetes pod (default /etc/podinfo)
+HOST_MAP_VARIABLE = "TFGPU_HOST_MAP"  # tests: host names -> "address:port" on this machine
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -136,5 +139,32 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         PROGRESS_VARIABLE,
         ATTEMPT_VARIABLE,
         VERBOSE_VARIABLE,
+        PODINFO_VARIABLE,
+        HOST_MAP_VARIABLE,
     }
     return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)
+
+
+def podinfo_dir(environ: Mapping[str, str] | None = None) -> str:
+    """TFGPU_PODINFO: where a Kubernetes pod's Downward API files are (its ``labels`` file)."""
+    environ = os.environ if environ is None else environ
+    return environ.get(PODINFO_VARIABLE, "").strip() or "/etc/podinfo"
+
+
+def host_map(environ: Mapping[str, str] | None = None) -> dict[str, tuple[str, int]]:
+    """TFGPU_HOST_MAP: JSON ``{"host name": "address:port"}``; a cluster's ``host name`` is reached
+    at ``address``, its first port at ``port`` (the next ones follow). For tests that run a
+    multi-node cluster's pods as processes on one machine; a real cluster resolves its names."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(HOST_MAP_VARIABLE, "").strip()
+    if not raw:
+        return {}
+    fix = 'set it to JSON like {"job-0.svc": "127.0.0.1:40001", "job-1.svc": "127.0.0.1:40011"}'
+    try:
+        data = json.loads(raw)
+        pairs = {str(k): str(v).rpartition(":") for k, v in data.items()}
+        return {k: (host, int(port)) for k, (host, _, port) in pairs.items()}
+    except (ValueError, AttributeError):
+        raise ConfigError(
+            f"Environment variable {HOST_MAP_VARIABLE} cannot be read", value=raw, fix=fix
+        ) from None

@@ -26,6 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--node-rank", type=int, default=0, help="this host's line in --hosts, from 0")
     p.add_argument(
+        "--nnodes",
+        type=int,
+        help="on a pod of a Kubernetes Indexed Job: the Job's pods (pod 0 runs the dispatcher; a "
+        "JobSet's pods are read from their labels)",
+    )
+    p.add_argument("--subdomain", help="Kubernetes: the headless Service the pods reach each other by")
+    p.add_argument(
         "--ready-timeout",
         type=float,
         default=120.0,
@@ -44,14 +51,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def options_from(args: argparse.Namespace, environ=os.environ):
-    """ServiceOptions from the command line; the cluster layout from --hosts or Slurm."""
+    """ServiceOptions from the command line; the cluster layout from --hosts, Slurm, or the
+    Kubernetes Indexed Job or JobSet the pod is in."""
     from tfgpu.data.service import ServiceOptions
+    from tfgpu.launch import kubernetes
     from tfgpu.launch.plan import read_hosts_file, slurm_layout
 
     hosts, rank = read_hosts_file(args.hosts), args.node_rank
     slurm = slurm_layout(environ) if hosts is None else None
+    pod = kubernetes.detect(environ, nnodes=args.nnodes, subdomain=args.subdomain) if hosts is None else None
     if slurm is not None and len(slurm[0]) > 1:
         hosts, rank = tuple(slurm[0]), slurm[1]
+    elif pod is not None and pod.role == "worker":
+        hosts, rank = pod.workers, pod.index
     return ServiceOptions(
         workers=args.workers,
         port=args.port,

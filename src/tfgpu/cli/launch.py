@@ -9,6 +9,7 @@ from rich.table import Table
 from tfgpu import choices
 from tfgpu.cli import _common
 from tfgpu.errors import ConfigError
+from tfgpu.launch.manifest import KINDS
 from tfgpu.launch.plan import read_hosts_file
 from tfgpu.launch.spec import DEFAULT_PORT
 
@@ -32,13 +33,42 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--max-restarts", type=int, default=0, help="restart all processes up to R times after a failure"
     )
-    p.add_argument("--nnodes", type=int, help="nodes in the cluster (with --hosts)")
+    p.add_argument(
+        "--nnodes", type=int, help="nodes in the cluster (with --hosts; on Kubernetes: the Job's pods)"
+    )
     p.add_argument("--node-rank", type=int, default=0, help="this node's index in the hosts file")
     p.add_argument("--hosts", help="file with one host per line, one per node")
     p.add_argument(
         "--port",
         type=int,
-        help=f"first port on each node, with --hosts (default {DEFAULT_PORT}; one node picks free ports)",
+        help=f"first port on each node or pod (default {DEFAULT_PORT}; one node picks free ports)",
+    )
+    p.add_argument(
+        "--subdomain",
+        help="Kubernetes: the headless Service the Job's pods reach each other by (default: from the "
+        "pod's name; a JobSet's name)",
+    )
+    p.add_argument(
+        "--peer-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="Kubernetes: how long a pod waits for its peers to answer (default 600)",
+    )
+    k8s = p.add_argument_group("print a Kubernetes manifest that runs the command (--emit)")
+    k8s.add_argument(
+        "--emit",
+        choices=KINDS,
+        help="kubernetes: a JobSet; kubernetes-job: an Indexed Job and a headless Service",
+    )
+    k8s.add_argument("--nodes", type=int, help="worker pods (default 1)")
+    k8s.add_argument("--gpus-per-node", type=int, default=1, help="GPUs per worker pod (default 1)")
+    k8s.add_argument("--image", help="the container image with tfgpu, TensorFlow and your program")
+    k8s.add_argument("--name", default="tfgpu-train", help="the JobSet's or Job's name (default tfgpu-train)")
+    k8s.add_argument(
+        "--checkpoint-claim",
+        default="tfgpu-checkpoints",
+        help="a PersistentVolumeClaim mounted at /checkpoints on every pod ('none': no volume)",
     )
     p.add_argument(
         "--grace", type=float, default=10.0, help="seconds between terminate and kill when stopping"
@@ -57,16 +87,6 @@ def config_from(args: argparse.Namespace):
     if command and command[0] == "--":
         command = command[1:]
     hosts = read_hosts_file(args.hosts)
-    if args.nnodes and hosts is None:
-        raise ConfigError(
-            "--nnodes needs --hosts (or run under srun)", value=args.nnodes, fix="pass --hosts FILE"
-        )
-    if args.port is not None and hosts is None:
-        raise ConfigError(
-            "--port sets the ports of a multi-node cluster (with --hosts); on one node tfgpu picks free ports itself",
-            value=args.port,
-            fix="leave --port out, or pass --hosts FILE",
-        )
     return LaunchConfig(
         command=tuple(command),
         nproc=args.nproc,
@@ -77,11 +97,37 @@ def config_from(args: argparse.Namespace):
         ps=args.ps,
         chief=args.chief,
         max_restarts=args.max_restarts,
-        nnodes=args.nnodes or (len(hosts) if hosts else 1),
+        nnodes=args.nnodes,
         node_rank=args.node_rank,
         hosts=hosts,
-        port=DEFAULT_PORT if args.port is None else args.port,
+        port=args.port,
         grace_s=args.grace,
+        subdomain=args.subdomain,
+        peer_timeout_s=args.peer_timeout,
+    )
+
+
+def manifest_from(args: argparse.Namespace):
+    from tfgpu.launch.manifest import ManifestOptions
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    nodes = args.nodes or args.nnodes or 1
+    if args.nodes and args.nnodes and args.nodes != args.nnodes:
+        raise ConfigError("--nodes and --nnodes disagree", value=(args.nodes, args.nnodes), fix="pass one")
+    return ManifestOptions(
+        command=tuple(command),
+        image=args.image or "",
+        nodes=nodes,
+        gpus_per_node=args.gpus_per_node,
+        ps=args.ps,
+        gpus_per_proc=args.gpus_per_proc,
+        kind=args.emit,
+        name=args.name,
+        port=DEFAULT_PORT if args.port is None else args.port,
+        checkpoint_claim=None if args.checkpoint_claim.lower() == "none" else args.checkpoint_claim,
+        max_restarts=args.max_restarts,
     )
 
 
@@ -102,11 +148,20 @@ def _render(plan) -> None:
         )
     _common.out.print(table)
     _common.out.print("command: " + " ".join(plan.processes[0].command))
+    for p in plan.local:
+        _common.out.print(
+            f"TF_CONFIG of {p.label}: {p.env['TF_CONFIG']}", markup=False, highlight=False, soft_wrap=True
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     from tfgpu.launch import check_ports, launch, plan_launch
 
+    if args.emit:
+        from tfgpu.launch.manifest import documents, to_yaml
+
+        _common.out.file.write(to_yaml(documents(manifest_from(args))))
+        return 0
     config = config_from(args)
     if args.dry_run:
         plan = plan_launch(config)

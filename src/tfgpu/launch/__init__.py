@@ -12,6 +12,7 @@ from typing import Any
 
 from tfgpu import nvml, ports
 from tfgpu.errors import ConfigError
+from tfgpu.launch import kubernetes, peers
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan, expand_hostlist, make_plan
 from tfgpu.launch.spec import LaunchConfig
 from tfgpu.launch.supervisor import LaunchResult, Supervisor
@@ -34,7 +35,8 @@ def plan_launch(
     environ = os.environ if environ is None else environ
     report = nvml.probe(nvml_module)
     inventory = nvml.visible(report, environ.get("CUDA_VISIBLE_DEVICES"))
-    return make_plan(config, inventory=inventory, environ=environ, free_ports=ports.free_ports)
+    pod = kubernetes.detect(environ, nnodes=config.nnodes, ps=config.ps, subdomain=config.subdomain)
+    return make_plan(config, inventory=inventory, environ=environ, free_ports=ports.free_ports, pod=pod)
 
 
 def check_ports(plan: LaunchPlan) -> None:
@@ -62,6 +64,8 @@ def launch(
     """Plan, check and run every local process; returns how it ended."""
     plan = plan_launch(config, environ=environ)
     check_ports(plan)
+    if plan.rendezvous is not None:
+        peers.wait_for_peers(plan.rendezvous, plan.peers, timeout_s=config.peer_timeout_s, notify=notify)
     return Supervisor(
         plan, max_restarts=config.max_restarts, grace_s=config.grace_s, sink=sink, notify=notify
     ).run()

@@ -14,9 +14,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tfgpu import choices, cluster
+from tfgpu import choices, cluster, env
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.launch.spec import LaunchConfig
+from tfgpu.launch import kubernetes
+from tfgpu.launch.spec import DEFAULT_PORT, LaunchConfig
 from tfgpu.nvml import GpuInfo
 
 MEMORY_SHARE = 0.9  # of a GPU's memory, split between the processes sharing it
@@ -41,8 +42,11 @@ class ProcessPlan:
 class LaunchPlan:
     processes: tuple[ProcessPlan, ...]
     cluster: dict[str, list[str]]
-    source: str  # local | hosts | slurm | tf_config
+    source: str  # local | hosts | slurm | tf_config | indexed-job | jobset
     notes: tuple[str, ...] = field(default_factory=tuple)
+    first_attempt: int = 0  # TFGPU_LAUNCH_ATTEMPT of the first start (a JobSet's restart attempt)
+    rendezvous: str | None = None  # a pod's first address: it answers there until its peers do
+    peers: tuple[tuple[str, str], ...] = ()  # the other pods: (name, first address)
 
     @property
     def local(self) -> tuple[ProcessPlan, ...]:
@@ -53,6 +57,7 @@ class LaunchPlan:
             "source": self.source,
             "cluster": self.cluster,
             "notes": list(self.notes),
+            "attempt": self.first_attempt,
             "processes": [p.to_dict() for p in self.processes],
         }
 
@@ -193,54 +198,61 @@ def make_plan(
     inventory: Sequence[GpuInfo],
     environ: Mapping[str, str],
     free_ports: Callable[[int], list[int]],
+    pod: kubernetes.PodLayout | None = None,
 ) -> LaunchPlan:
-    """Plan every process of this launch (see the module docstring)."""
+    """Plan every process of this launch (see the module docstring); ``pod``: this pod's place in
+    a Kubernetes Indexed Job or JobSet (:func:`tfgpu.launch.kubernetes.detect`)."""
     given = cluster.from_environ(environ)
-    if given is not None and "SLURM_JOB_ID" not in environ:
+    if given is not None and pod is None and "SLURM_JOB_ID" not in environ:
         return _plan_given(config, given, inventory)
-    workers, assignment = _assign_gpus(config, inventory, config.nproc)
-    chief = config.chief or config.ps > 0
-    if config.ps and not config.chief:
+    nodes = _nodes(config, environ, pod)
+    if nodes.ps_hosts and config.nproc is None:
+        raise ConfigError(
+            "A JobSet with ps pods needs --nproc on every pod: a ps pod cannot see the workers' GPUs",
+            value=list(nodes.ps_hosts),
+            fix="pass the same --nproc N (workers per worker pod) to every pod's tfgpu launch",
+        )
+    if nodes.rank is None:  # a ps pod: the workers run elsewhere
+        workers, assignment = config.nproc or 1, [((), None)] * (config.nproc or 1)
+    else:
+        workers, assignment = _assign_gpus(config, inventory, config.nproc)
+    n_ps = len(nodes.ps_hosts) or config.ps
+    chief = config.chief or n_ps > 0
+    if n_ps and not config.chief:
         choices.record("launch.chief", "added", "ParameterServerStrategy needs a chief to coordinate")
-
-    slurm = slurm_layout(environ)
-    if slurm is not None:
-        hosts, rank, source = slurm[0], slurm[1], "slurm"
-    elif config.hosts is not None:
-        hosts, rank, source = list(config.hosts), config.node_rank, "hosts"
-    else:
-        hosts, rank, source = ["localhost"], 0, "local"
     # --nproc counts trainers per node. An MWMS chief is a trainer (node 0's first slot); a
-    # parameter-server chief only coordinates, so it and the ps tasks are extra, GPU-less, on node 0.
-    coordinator = config.ps > 0
-    extra = (1 if coordinator else 0) + config.ps
-    if source == "local":
-        ports = iter(free_ports(workers + extra))
-        address = {h: [f"{h}:{next(ports)}" for _ in range(workers + extra)] for h in hosts}
-    else:
-        address = {
-            h: [f"{h}:{config.port + i}" for i in range(workers + (extra if n == 0 else 0))]
-            for n, h in enumerate(hosts)
-        }
+    # parameter-server chief only coordinates, so it (and the ps tasks, unless they have pods of
+    # their own) are extra, GPU-less, on node 0.
+    coordinator = n_ps > 0
+    extra = (1 if coordinator else 0) + (0 if nodes.ps_hosts else n_ps)
+    address = _addresses(
+        config,
+        environ,
+        nodes,
+        [workers + (extra if n == 0 else 0) for n in range(len(nodes.hosts))],
+        free_ports,
+    )
     slots = {h: iter(a) for h, a in address.items()}
-    roles: list[tuple[str, int, int, int | None]] = []  # (role, index, node, trainer slot on its node)
+    roles: list[tuple[str, int, int | None, int | None]] = []  # (role, index, node, trainer slot)
     if coordinator:
         roles.append(("chief", 0, 0, None))
-    for node in range(len(hosts)):
+    for node in range(len(nodes.hosts)):
         for slot in range(workers):
             if chief and not coordinator and node == 0 and slot == 0:
                 roles.append(("chief", 0, 0, 0))
             else:
                 index = node * workers + slot - (1 if chief and not coordinator else 0)
                 roles.append(("worker", index, node, slot))
-    roles += [("ps", i, 0, None) for i in range(config.ps)]
+    roles += [("ps", i, None if nodes.ps_hosts else 0, None) for i in range(n_ps)]
     cluster_spec: dict[str, list[str]] = {}
-    for role, _, node, _ in roles:
-        cluster_spec.setdefault(role, []).append(next(slots[hosts[node]]))
+    for role, index, node, _ in roles:
+        where = address[nodes.ps_hosts[index]][0] if node is None else next(slots[nodes.hosts[node]])
+        cluster_spec.setdefault(role, []).append(where)
     processes = []
     for role, index, node, slot in roles:
         tf_config = {"cluster": cluster_spec, "task": {"type": role, "index": index}}
         gpus, memory = assignment[slot] if slot is not None else ((), None)
+        here = node == nodes.rank if node is not None else nodes.ps_rank == index
         processes.append(
             ProcessPlan(
                 role=role,
@@ -250,13 +262,109 @@ def make_plan(
                 env=_env(tf_config, gpus, memory, hide_gpus=bool(inventory)),
                 gpus=gpus,
                 memory_mb=memory,
-                local=node == rank,
+                local=here,
             )
         )
     cluster.parse_tf_config(
         json.dumps({"cluster": cluster_spec, "task": {"type": roles[0][0], "index": roles[0][1]}})
     )  # checks it
-    return LaunchPlan(processes=tuple(processes), cluster=cluster_spec, source=source)
+    plan = LaunchPlan(
+        processes=tuple(processes),
+        cluster=cluster_spec,
+        source=nodes.source,
+        first_attempt=pod.attempt if pod is not None else 0,
+        **_rendezvous(nodes, address, pod),
+    )
+    return plan if given is None or pod is None else _agree(plan, given)
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    hosts: tuple[str, ...]  # the nodes (pods) that run workers
+    rank: int | None  # this node among them; None on a ps pod
+    source: str
+    ps_hosts: tuple[str, ...] = ()  # ps pods of their own (a JobSet); () : ps tasks on node 0
+    ps_rank: int | None = None  # this ps pod's index
+
+
+def _nodes(config: LaunchConfig, environ: Mapping[str, str], pod: kubernetes.PodLayout | None) -> _Nodes:
+    if pod is not None:
+        worker = pod.role == "worker"
+        return _Nodes(
+            hosts=pod.workers,
+            rank=pod.index if worker else None,
+            source=pod.source,
+            ps_hosts=pod.ps,
+            ps_rank=None if worker else pod.index,
+        )
+    slurm = slurm_layout(environ)
+    if slurm is not None:
+        return _Nodes(hosts=tuple(slurm[0]), rank=slurm[1], source="slurm")
+    if config.hosts is not None:
+        return _Nodes(hosts=config.hosts, rank=config.node_rank, source="hosts")
+    if config.nnodes is not None:
+        raise ConfigError(
+            "--nnodes needs --hosts, srun, or a pod of a Kubernetes Indexed Job or JobSet",
+            value=config.nnodes,
+            fix="pass --hosts FILE, or leave --nnodes out on one machine",
+        )
+    if config.port is not None:
+        raise ConfigError(
+            "--port sets the ports of a multi-node cluster; on one machine tfgpu picks free ports itself",
+            value=config.port,
+            fix="leave --port out, or pass --hosts FILE",
+        )
+    return _Nodes(hosts=("localhost",), rank=0, source="local")
+
+
+def _addresses(
+    config: LaunchConfig,
+    environ: Mapping[str, str],
+    nodes: _Nodes,
+    counts: list[int],
+    free_ports: Callable[[int], list[int]],
+) -> dict[str, list[str]]:
+    """Every node's (and ps pod's) addresses: free ports on one machine; else --port, --port+1, ...
+    on each host, or where TFGPU_HOST_MAP puts a host name (tests of a multi-node cluster)."""
+    if nodes.source == "local":
+        ports = iter(free_ports(counts[0]))
+        return {"localhost": [f"localhost:{next(ports)}" for _ in range(counts[0])]}
+    mapped = env.host_map(environ)
+
+    def at(host: str, count: int) -> list[str]:
+        name, port = mapped.get(host, (host, config.port or DEFAULT_PORT))
+        return [f"{name}:{port + i}" for i in range(count)]
+
+    address = {h: at(h, count) for h, count in zip(nodes.hosts, counts, strict=True)}
+    address.update({h: at(h, 1) for h in nodes.ps_hosts})
+    return address
+
+
+def _rendezvous(
+    nodes: _Nodes, address: Mapping[str, list[str]], pod: kubernetes.PodLayout | None
+) -> dict[str, Any]:
+    """A pod's first address, where it answers its peers before starting, and its peers' ones."""
+    if pod is None:
+        return {}
+    first = {h: address[h][0] for h in (*nodes.hosts, *nodes.ps_hosts)}
+    return {
+        "rendezvous": first[pod.name],
+        "peers": tuple((h, a) for h, a in first.items() if h != pod.name),
+    }
+
+
+def _agree(plan: LaunchPlan, given: cluster.ClusterSpec) -> LaunchPlan:
+    """TF_CONFIG set on a pod of a Job tfgpu reads: used when it is the cluster tfgpu would build
+    for this pod's one process; else the two disagree and the pod cannot know which is right."""
+    mine = [json.loads(p.env["TF_CONFIG"]) for p in plan.local]
+    if len(mine) == 1 and mine[0] == given.to_tf_config():
+        return plan
+    raise ConfigError(
+        f"TF_CONFIG is set, and disagrees with the {plan.source} this pod is in",
+        value={"TF_CONFIG": given.to_tf_config(), plan.source: mine},
+        fix="unset TF_CONFIG in the pod template (tfgpu launch builds it from the job), or run the "
+        "program without tfgpu launch",
+    )
 
 
 def _plan_given(config: LaunchConfig, spec: cluster.ClusterSpec, inventory: Sequence[GpuInfo]) -> LaunchPlan:

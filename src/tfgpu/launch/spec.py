@@ -23,9 +23,13 @@ class LaunchConfig:
     ps: parameter-server processes (implies a chief: ParameterServerStrategy needs one).
     chief: add a chief process besides the workers.
     max_restarts: restart every process (same cluster) up to this many times after a failure.
-    nnodes / node_rank / hosts: a cluster over several machines (hosts file: one host per line).
-    port: first port of a multi-node cluster (each node uses port, port+1, ...); local clusters
-        take free ports.
+    nnodes / node_rank / hosts: a cluster over several machines (hosts file: one host per line);
+        on a pod of a Kubernetes Indexed Job, nnodes is the Job's completions.
+    subdomain: the DNS suffix a Kubernetes Job's pods reach each other by (default: read from the
+        pod's FQDN; a JobSet's name).
+    peer_timeout_s: on Kubernetes, how long a pod waits for its peers to answer before starting.
+    port: first port of a multi-node cluster (each node uses port, port+1, ...; default
+        DEFAULT_PORT); local clusters take free ports.
     grace_s: seconds between terminate and kill when stopping processes.
     """
 
@@ -38,11 +42,13 @@ class LaunchConfig:
     ps: int = 0
     chief: bool = False
     max_restarts: int = 0
-    nnodes: int = 1
+    nnodes: int | None = None
     node_rank: int = 0
     hosts: tuple[str, ...] | None = None
-    port: int = DEFAULT_PORT
+    port: int | None = None
     grace_s: float = 10.0
+    subdomain: str | None = None
+    peer_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -80,17 +86,22 @@ class LaunchConfig:
                 value=(self.ps, self.max_restarts),
                 fix="pass 0 or more",
             )
-        if self.nnodes < 1 or not 0 <= self.node_rank < self.nnodes:
+        nnodes = self.nnodes if self.nnodes is not None else len(self.hosts or ()) or 1
+        if nnodes < 1 or not 0 <= self.node_rank < nnodes:
             raise ConfigError(
-                f"--node-rank must be from 0 to {self.nnodes - 1}",
+                f"--node-rank must be from 0 to {nnodes - 1}",
                 value=self.node_rank,
                 fix="number the nodes 0, 1, ...",
             )
-        if self.hosts is not None and len(self.hosts) != self.nnodes:
+        if self.hosts is not None and self.nnodes is not None and len(self.hosts) != self.nnodes:
             raise ConfigError(
                 f"the hosts file lists {len(self.hosts)} hosts but --nnodes is {self.nnodes}",
                 value=list(self.hosts),
                 fix="list one host per node, or drop --nnodes",
             )
-        if not 0 < self.port < 65536:
+        if self.peer_timeout_s <= 0:
+            raise ConfigError(
+                "--peer-timeout must be more than 0 seconds", value=self.peer_timeout_s, fix="pass e.g. 600"
+            )
+        if self.port is not None and not 0 < self.port < 65536:
             raise ConfigError("--port must be from 1 to 65535", value=self.port, fix="pass e.g. 23456")

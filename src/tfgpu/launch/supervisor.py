@@ -105,7 +105,8 @@ class Supervisor:
         self.sink = sink or default_sink()
         self.notify = notify or (lambda message: None)
         self._stop = threading.Event()
-        # with ps tasks, workers and ps serve until the chief is done
+        # with ps tasks, workers and ps serve until the chief is done; a node (a pod) without the
+        # chief serves until it is stopped (the JobSet ends it when the chief's pod is done)
         self._required = {p.label for p in plan.local if not plan.cluster.get("ps") or p.role == "chief"}
 
     def request_stop(self, *_: object) -> None:
@@ -133,7 +134,7 @@ class Supervisor:
                 signal.signal(sig, handler)
 
     def _attempt(self, attempt: int) -> LaunchResult:
-        running = [_Running(p, attempt, self.sink) for p in self.plan.local]
+        running = [_Running(p, self.plan.first_attempt + attempt, self.sink) for p in self.plan.local]
         try:
             while True:
                 if self._stop.is_set():
@@ -151,7 +152,8 @@ class Supervisor:
                             failed_status=exit_status(code),
                             tail=list(proc.tail),
                         )
-                if all(p.process.poll() == 0 for p in running if p.plan.label in self._required):
+                required = [p for p in running if p.plan.label in self._required] or running
+                if all(p.process.poll() == 0 for p in required):
                     self._stop_all(running)
                     return LaunchResult(exit_code=0, attempts=attempt + 1)
                 time.sleep(POLL_S)

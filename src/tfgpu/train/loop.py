@@ -313,7 +313,10 @@ class Trainer:
         (unless ``delete_checkpoint=False``), so the next run starts afresh."""
         import shutil
 
-        if self.backup is not None and self.backup.delete_checkpoint and self.is_chief:
+        if self.backup is None or not self.backup.delete_checkpoint:
+            return
+        distribute.barrier(self.strategy)  # every worker has written (and removed) its scratch copy
+        if self.is_chief:
             shutil.rmtree(self.backup.backup_dir, ignore_errors=True)
 
     def _train_epoch(self, run: RunLog, steps: int | None, callbacks: Any) -> bool:
