@@ -421,16 +421,31 @@ def test_the_multi_worker_tutorial_under_tfgpu_launch(tmp_path):
     assert not (tmp_path / "backup").exists()
 
 
+def ps_tutorial_trained_as_keras(tutorial, out):
+    """The chief of the parameter-server tutorial saved, in ``out``, Keras's one-device weights and
+    history, every step counted (its steps run in order on one worker)."""
+    import json
+
+    import tensorflow as tf
+
+    result = json.loads((out / "chief.json").read_text())
+    assert result["iterations"] == 100 and len(result["history"]["loss"]) == 5
+    expected = tutorial.build_model()
+    history = expected.fit(
+        tutorial.dataset_fn(tf.distribute.InputContext()), epochs=5, steps_per_epoch=20, verbose=0
+    )
+    weights = np.load(out / "chief.npz")
+    same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected.get_weights())
+    same_history(result["history"], history.history)
+
+
 @pytest.mark.slow
 def test_the_parameter_server_tutorial_under_tfgpu_launch(tmp_path):
     """tensorflow/docs' parameter-server tutorial (its Model.fit section: the dataset_fn of one
     argument, TensorBoard, ModelCheckpoint and BackupAndRestore) under `tfgpu launch --ps 1`:
     one worker runs the steps in order, so the weights are Keras's on one device; every step is
     counted."""
-    import json
     import sys
-
-    import tensorflow as tf
 
     from conftest import run_cli
 
@@ -439,15 +454,7 @@ def test_the_parameter_server_tutorial_under_tfgpu_launch(tmp_path):
         "launch", "--ps", "1", "--nproc", "1", "--", sys.executable, str(path), str(tmp_path), timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((tmp_path / "chief.json").read_text())
-    assert result["iterations"] == 100 and len(result["history"]["loss"]) == 5
-    expected = tutorial.build_model()
-    history = expected.fit(
-        tutorial.dataset_fn(tf.distribute.InputContext()), epochs=5, steps_per_epoch=20, verbose=0
-    )
-    weights = np.load(tmp_path / "chief.npz")
-    same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected.get_weights())
-    same_history(result["history"], history.history)
+    ps_tutorial_trained_as_keras(tutorial, tmp_path)
     assert (
         (tmp_path / "ckpt.keras").exists()
         and (tmp_path / "log").is_dir()

@@ -451,9 +451,7 @@ def test_a_jobset_with_a_parameter_server_pod_trains_the_tutorial(tmp_path):
     """A JobSet of one worker pod (the chief and worker 0) and one ps pod, each told its place by
     its labels file: the parameter-server tutorial ends with Keras's one-device weights, as under
     tfgpu launch --ps 1 --nproc 1 (tests/test_keras_contract.py)."""
-    import tensorflow as tf
-
-    from test_keras_contract import _tutorial, same_history, same_weights
+    from test_keras_contract import _tutorial, ps_tutorial_trained_as_keras
 
     ports = {"worker": free_port(), "ps": free_port()}
     host_map = json.dumps({f"js-{r}-0-0.js": f"127.0.0.1:{p}" for r, p in ports.items()})
@@ -478,15 +476,7 @@ def test_a_jobset_with_a_parameter_server_pod_trains_the_tutorial(tmp_path):
     finish(processes[1:], logs[1:])  # the worker pod ends when its chief is done
     processes[0].terminate()  # the JobSet's success policy ends the ps pod
     processes[0].wait(timeout=60)
-    result = json.loads((tmp_path / "chief.json").read_text())
-    assert result["iterations"] == 100
-    expected = tutorial.build_model()
-    history = expected.fit(
-        tutorial.dataset_fn(tf.distribute.InputContext()), epochs=5, steps_per_epoch=20, verbose=0
-    )
-    weights = np.load(tmp_path / "chief.npz")
-    same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected.get_weights())
-    same_history(result["history"], history.history)
+    ps_tutorial_trained_as_keras(tutorial, tmp_path)
 
 
 @pytest.mark.process
