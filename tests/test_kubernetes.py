@@ -196,7 +196,6 @@ def test_tf_config_set_by_the_pod_template_is_used_when_it_agrees():
     ("pod", "config", "message"),
     [
         (indexed_pod(2), {"nnodes": 2}, "outside the job's size"),
-        (indexed_pod(0), {}, "not told how many pods"),
         (
             ({"JOB_COMPLETION_INDEX": "0", "HOSTNAME": "train-0"}, "train-0"),
             {"nnodes": 2},
@@ -217,7 +216,7 @@ def test_bad_indexed_jobs_are_one_message(pod, config, message):
     ("labels", "environ", "config", "message"),
     [
         ({"replicas": 2, "total": 2}, {}, {"nnodes": 3}, "--nnodes 3 disagrees with the JobSet"),
-        ({"replicas": 2, "total": 3}, {}, {"nproc": 1, "ps": 2}, "--ps 2 disagrees"),
+        ({"replicas": 2, "total": 3}, {}, {"nproc": 1, "ps": 2}, "ask for 2 worker and 2 ps pod"),
         ({"replicas": 2, "total": 3}, {}, {}, "needs --nproc on every pod"),
         ({"replicas": 2, "total": 2}, {"JOB_COMPLETION_INDEX": "1"}, {}, "one pod each"),
         ({"replicas": 1, "total": 1}, {}, {}, "outside replicated job"),
@@ -227,6 +226,49 @@ def test_bad_jobsets_are_one_message(labels, environ, config, message):
     env, lab, fqdn = jobset_pod("js", "worker", 1, **labels)
     with pytest.raises(ConfigError, match=message):
         plan_pod({**env, **environ}, lab, fqdn, **config)
+
+
+def test_an_indexed_job_without_nnodes_is_a_sweep_of_lone_pods(clean_choices):
+    """Indexed Jobs also run sweeps, one trial per pod: without --nnodes each pod trains alone."""
+    from tfgpu import choices
+
+    environ, fqdn = indexed_pod(3)
+    assert kubernetes.pod_layout(environ, {}, fqdn) is None
+    assert "without --nnodes" in choices.as_dict()["launch.kubernetes"]["reason"]
+
+
+def test_a_jobset_pod_without_its_labels_is_not_taken_for_an_indexed_job():
+    environ = {"JOB_COMPLETION_INDEX": "0", "HOSTNAME": "js-worker-1-0"}
+    with pytest.raises(ConfigError, match="may belong to a JobSet"):
+        kubernetes.pod_layout(environ, None, "js-worker-1-0.js", nnodes=2)
+
+
+def test_other_replicated_jobs_are_counted_from_the_flags():
+    env, labels, fqdn = jobset_pod("js", "worker", 0, replicas=2, total=4)  # + 1 ps + 1 evaluator
+    plan = plan_pod(env, labels, fqdn, nproc=1, ps=1)
+    assert {k: len(v) for k, v in plan.cluster.items()} == {"chief": 1, "worker": 2, "ps": 1}
+
+
+def test_tf_config_in_a_jobset_of_another_layout_is_used_as_given():
+    env, labels, fqdn = jobset_pod("trainjob", "node", 0, replicas=2, total=2)  # Kubeflow Trainer v2
+    assert kubernetes.pod_layout(env, labels, fqdn, strict=False) is None
+    given = json.dumps({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}})
+    config = LaunchConfig(command=(PY, "train.py"))
+    from tfgpu.launch import plan_launch
+
+    plan = plan_launch(
+        config, environ={**env, "TF_CONFIG": given, "TFGPU_PODINFO": "/nonexistent"}, nvml_module=FakeNvml([])
+    )
+    assert plan.source == "tf_config"
+
+
+def test_a_hosts_file_wins_over_the_pod():
+    from tfgpu.launch import plan_launch
+
+    environ, _ = indexed_pod(1)
+    config = LaunchConfig(command=(PY, "train.py"), hosts=("a", "b"), node_rank=1, nproc=1)
+    plan = plan_launch(config, environ={**environ, "TFGPU_PODINFO": "/nonexistent"}, nvml_module=FakeNvml([]))
+    assert plan.source == "hosts" and plan.cluster == {"worker": ["a:23456", "b:23456"]}
 
 
 def test_a_replicated_job_tfgpu_does_not_read_is_named():
@@ -344,11 +386,26 @@ def test_the_indexed_job_manifest_parses_and_its_pods_build_one_cluster():
         ({"nodes": 0}, "--nodes must be at least 1"),
         ({"gpus_per_node": 3, "gpus_per_proc": 2}, "does not divide"),
         ({"kind": "helm"}, "Unknown --emit"),
+        ({"kind": "kubernetes-job", "ps": 1}, "would never end"),
     ],
 )
 def test_bad_manifest_options_are_one_message(options, message):
     with pytest.raises(ConfigError, match=message):
         manifest.ManifestOptions(command=("python", "x.py"), **{"image": "i", **options})
+
+
+def test_emit_refuses_the_flags_it_would_ignore():
+    import argparse
+
+    from tfgpu.cli import launch as cli
+
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["launch", "--emit", "kubernetes", "--image", "i", "--nproc", "2", "--", "python"]
+    )
+    with pytest.raises(ConfigError, match="--nproc would be ignored"):
+        cli.manifest_from(args)
 
 
 # -- waiting for peers ------------------------------------------------------------------------------
@@ -474,8 +531,8 @@ def test_a_jobset_with_a_parameter_server_pod_trains_the_tutorial(tmp_path):
         if role == "ps":  # the worker pod comes once the ps pod waits for it
             wait_for_line(logs[0], "waiting for 1 peer pod(s) to answer: js-worker-0-0.js", processes[0])
     finish(processes[1:], logs[1:])  # the worker pod ends when its chief is done
-    processes[0].terminate()  # the JobSet's success policy ends the ps pod
-    processes[0].wait(timeout=60)
+    finish(processes[:1], logs[:1])  # the ps pod once it sees the chief gone
+    assert "the chief at 127.0.0.1:" in logs[0].read_text()
     ps_tutorial_trained_as_keras(tutorial, tmp_path)
 
 
@@ -501,7 +558,7 @@ def test_dry_run_on_a_pod_prints_its_tf_config(tmp_path):
     assert emitted.returncode == 0 and emitted.stdout.startswith("apiVersion: jobset.x-k8s.io/v1alpha2")
 
 
-def test_data_service_pods_find_the_dispatcher_on_pod_0():
+def test_data_service_pods_find_the_dispatcher_on_pod_0(tmp_path):
     import argparse
 
     from tfgpu.cli import data_service
@@ -512,3 +569,9 @@ def test_data_service_pods_find_the_dispatcher_on_pod_0():
     environ = {"JOB_COMPLETION_INDEX": "2", "HOSTNAME": "feed-2", "TFGPU_PODINFO": "/nonexistent"}
     options = data_service.options_from(args, environ)
     assert options.hosts == ("feed-0.svc", "feed-1.svc", "feed-2.svc") and options.node_rank == 2
+    env, labels, _ = jobset_pod("js", "ps", 0, replicas=1, total=2)
+    podinfo = Path(tmp_path)
+    (podinfo / "labels").write_text("".join(f'{k}="{v}"\n' for k, v in labels.items()))
+    args = parser.parse_args(["data-service", "--subdomain", "js"])
+    with pytest.raises(ConfigError, match="runs on a JobSet's worker pods"):
+        data_service.options_from(args, {**env, "TFGPU_PODINFO": str(podinfo)})

@@ -8,6 +8,7 @@ import signal
 import sys
 
 from tfgpu.cli import _common
+from tfgpu.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -62,7 +63,13 @@ def options_from(args: argparse.Namespace, environ=os.environ):
     pod = kubernetes.detect(environ, nnodes=args.nnodes, subdomain=args.subdomain) if hosts is None else None
     if slurm is not None and len(slurm[0]) > 1:
         hosts, rank = tuple(slurm[0]), slurm[1]
-    elif pod is not None and pod.role == "worker":
+    elif pod is not None:
+        if pod.role != "worker":
+            raise ConfigError(
+                f"tfgpu data-service runs on a JobSet's worker pods; this is {pod.role} pod {pod.index}",
+                value=pod.name,
+                fix="run it in a replicated job named worker (every pod serves, pod 0 dispatches)",
+            )
         hosts, rank = pod.workers, pod.index
     return ServiceOptions(
         workers=args.workers,

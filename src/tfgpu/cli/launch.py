@@ -113,6 +113,21 @@ def manifest_from(args: argparse.Namespace):
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
+    ignored = {
+        "--nproc": args.nproc,
+        "--gpus": args.gpus,
+        "--procs-per-gpu": args.procs_per_gpu,
+        "--chief": args.chief or None,
+        "--hosts": args.hosts,
+        "--dry-run": args.dry_run or None,
+    }
+    given = [flag for flag, value in ignored.items() if value is not None]
+    if given:
+        raise ConfigError(
+            f"--emit writes a manifest; {', '.join(given)} would be ignored",
+            value=given,
+            fix="use --nodes, --gpus-per-node, --gpus-per-proc and --ps to shape the cluster",
+        )
     nodes = args.nodes or args.nnodes or 1
     if args.nodes and args.nnodes and args.nodes != args.nnodes:
         raise ConfigError("--nodes and --nnodes disagree", value=(args.nodes, args.nnodes), fix="pass one")

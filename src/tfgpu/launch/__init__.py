@@ -35,7 +35,12 @@ def plan_launch(
     environ = os.environ if environ is None else environ
     report = nvml.probe(nvml_module)
     inventory = nvml.visible(report, environ.get("CUDA_VISIBLE_DEVICES"))
-    pod = kubernetes.detect(environ, nnodes=config.nnodes, ps=config.ps, subdomain=config.subdomain)
+    pod = None
+    if config.hosts is None:  # a hosts file says where the cluster is, even on a pod
+        given = bool(environ.get("TF_CONFIG", "").strip())
+        pod = kubernetes.detect(
+            environ, nnodes=config.nnodes, ps=config.ps, subdomain=config.subdomain, strict=not given
+        )
     return make_plan(config, inventory=inventory, environ=environ, free_ports=ports.free_ports, pod=pod)
 
 

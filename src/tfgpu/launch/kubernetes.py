@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfgpu import env
+from tfgpu import choices, env
 from tfgpu.errors import ConfigError
 
 INDEX_VARIABLE = "JOB_COMPLETION_INDEX"  # the Job controller's, in Indexed completion mode
@@ -137,10 +138,13 @@ def _jobset(
     nnodes: int | None,
     ps: int,
     subdomain: str | None,
-) -> PodLayout:
+    strict: bool,
+) -> PodLayout | None:
     name, replicated = labels[JOBSET], labels.get(REPLICATED_JOB, "")
     role = ROLES.get(replicated)
     if role is None:
+        if not strict:
+            return None  # a JobSet of another layout, with TF_CONFIG set by its author: used as given
         raise ConfigError(
             f"JobSet {name}'s replicated job {replicated!r} is not one tfgpu reads",
             value=replicated,
@@ -175,29 +179,37 @@ def _jobset(
 def _role_counts(
     role: str, replicas: int, total: int | None, *, nnodes: int | None, ps: int
 ) -> dict[str, int]:
-    """Worker and ps pods: this pod's own replicated job from its labels, the other from the
-    JobSet's global count (or the flags where an older JobSet sets none); flags that disagree are
-    refused, since each pod would build a different cluster."""
+    """Worker and ps pods: this pod's own replicated job from its labels; the other from the flags
+    when given (a JobSet with more replicated jobs needs them), else the JobSet's global count less
+    this one (worker and ps only). Flags that disagree with the labels are refused, since each pod
+    would build a different cluster."""
     other = "ps" if role == "worker" else "worker"
     given = {"worker": nnodes, "ps": ps if ps else None}
+    if given[role] is not None and given[role] != replicas:
+        flag = "--nnodes" if role == "worker" else "--ps"
+        raise ConfigError(
+            f"{flag} {given[role]} disagrees with the JobSet, which has {replicas} {role} pod(s)",
+            value={"flag": given[role], "jobset": replicas},
+            fix=f"pass {flag} {replicas}, or leave it out",
+        )
     counts = {role: replicas}
-    if total is not None:
-        counts[other] = total - replicas
-    elif given[other] is not None:
+    if given[other] is not None:
         counts[other] = given[other]
+    elif total is not None:
+        counts[other] = total - replicas
     elif role == "ps":
         raise ConfigError(
-            "This ps pod cannot tell how many worker pods the JobSet has", fix="pass --nnodes N (worker pods)"
+            "This ps pod cannot tell how many worker pods the JobSet has (it sets no global-replicas label)",
+            fix="pass --nnodes N (worker pods) and --ps P to every pod",
         )
     else:
-        counts[other] = 0
-    for r, flag in (("worker", "--nnodes"), ("ps", "--ps")):
-        if given[r] is not None and given[r] != counts[r]:
-            raise ConfigError(
-                f"{flag} {given[r]} disagrees with the JobSet, which has {counts[r]} {r} pod(s)",
-                value={"flag": given[r], "jobset": counts[r]},
-                fix=f"pass {flag} {counts[r]}, or leave it out",
-            )
+        counts[other] = 0  # an older JobSet without global-replicas: --ps P says there are ps pods
+    if total is not None and counts["worker"] + counts["ps"] > total:
+        raise ConfigError(
+            f"The flags ask for {counts['worker']} worker and {counts['ps']} ps pod(s); the JobSet has {total}",
+            value=counts,
+            fix="pass the JobSet's own counts to --nnodes and --ps, or leave them out",
+        )
     if counts["worker"] < 1:
         raise ConfigError(
             "The JobSet has no worker pod", value=counts, fix="add a replicated job named worker"
@@ -207,28 +219,48 @@ def _role_counts(
 
 def pod_layout(
     environ: Mapping[str, str],
-    labels: Mapping[str, str],
+    labels: Mapping[str, str] | None,
     fqdn: str,
     *,
     nnodes: int | None = None,
     ps: int = 0,
     subdomain: str | None = None,
+    strict: bool = True,
 ) -> PodLayout | None:
-    """This pod's place in its Indexed Job or JobSet, or None when it is in neither."""
-    if JOBSET in labels:
-        return _jobset(environ, labels, fqdn, nnodes=nnodes, ps=ps, subdomain=subdomain)
-    if INDEX_VARIABLE in environ:
-        return _indexed_job(environ, fqdn, nnodes=nnodes, subdomain=subdomain)
-    return None
+    """This pod's place in its Indexed Job or JobSet, or None when it is in neither, or in one it
+    does not form a cluster over: an Indexed Job without ``nnodes`` (a sweep: each pod trains
+    alone), or, when not ``strict`` (TF_CONFIG is set), a JobSet of another layout. ``labels``:
+    the pod's labels, None when no Downward API file shows them."""
+    if labels and JOBSET in labels:
+        return _jobset(environ, labels, fqdn, nnodes=nnodes, ps=ps, subdomain=subdomain, strict=strict)
+    if INDEX_VARIABLE not in environ:
+        return None
+    if nnodes is None:
+        choices.record(
+            "launch.kubernetes",
+            "this pod alone",
+            f"an Indexed Job pod ({INDEX_VARIABLE}={environ[INDEX_VARIABLE]}) without --nnodes; "
+            "pass --nnodes N for one cluster over the Job's N pods",
+        )
+        return None
+    hostname = environ.get("HOSTNAME") or socket.gethostname()
+    if labels is None and re.search(r"-\d+-\d+$", hostname):
+        raise ConfigError(
+            f"Pod {hostname} may belong to a JobSet (<jobset>-<job>-<index>-<pod>), whose labels this pod cannot read",
+            value=hostname,
+            fix=f"mount the pod's labels at /etc/podinfo (a Downward API volume; {_MANIFEST_FIX}) so "
+            "tfgpu can tell a JobSet from an Indexed Job",
+        )
+    return _indexed_job(environ, fqdn, nnodes=nnodes, subdomain=subdomain)
 
 
-def labels_here(environ: Mapping[str, str]) -> dict[str, str]:
-    """The pod's labels from the Downward API file, or {} without one."""
+def labels_here(environ: Mapping[str, str]) -> dict[str, str] | None:
+    """The pod's labels from the Downward API file, or None without one."""
     path = Path(env.podinfo_dir(environ)) / "labels"
     try:
         return read_labels(path.read_text())
     except OSError:
-        return {}
+        return None
 
 
 def detect(
@@ -237,10 +269,13 @@ def detect(
     nnodes: int | None = None,
     ps: int = 0,
     subdomain: str | None = None,
+    strict: bool = True,
 ) -> PodLayout | None:
     """:func:`pod_layout` from this pod's environment, labels file and DNS name."""
     environ = os.environ if environ is None else environ
     labels = labels_here(environ)
-    if JOBSET not in labels and INDEX_VARIABLE not in environ:
+    if not (labels and JOBSET in labels) and INDEX_VARIABLE not in environ:
         return None
-    return pod_layout(environ, labels, socket.getfqdn(), nnodes=nnodes, ps=ps, subdomain=subdomain)
+    return pod_layout(
+        environ, labels, socket.getfqdn(), nnodes=nnodes, ps=ps, subdomain=subdomain, strict=strict
+    )

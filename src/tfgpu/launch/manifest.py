@@ -79,6 +79,13 @@ class ManifestOptions:
                 raise ConfigError(
                     f"{flag} must be at least {least}", value=value, fix=f"pass {least} or more"
                 )
+        if self.ps and self.kind == "kubernetes-job":
+            raise ConfigError(
+                "An Indexed Job completes only when every pod does, and with --ps the workers and ps "
+                "tasks serve until stopped: the Job would never end",
+                value=self.ps,
+                fix="use --emit kubernetes (a JobSet, which ends with the chief's pod)",
+            )
         per = self.gpus_per_proc or 1
         if self.gpus_per_node and self.gpus_per_node % per:
             raise ConfigError(
@@ -175,9 +182,9 @@ def jobset(options: ManifestOptions) -> dict[str, Any]:
 
 
 def indexed_job(options: ManifestOptions) -> list[dict[str, Any]]:
-    """A headless Service (the pods' subdomain) and an Indexed Job of ``nodes`` pods; ps tasks run
-    on pod 0 beside its workers, as with a hosts file."""
-    ports = options.procs_per_node + (1 + options.ps if options.ps else 0)
+    """A headless Service (the pods' subdomain) and an Indexed Job of ``nodes`` pods (workers
+    only: parameter servers need a JobSet)."""
+    ports = options.procs_per_node
     service = {
         "apiVersion": "v1",
         "kind": "Service",

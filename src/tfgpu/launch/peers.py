@@ -26,10 +26,11 @@ class _Answer:
     TensorFlow binds the port right after)."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("", port))
-        self.sock.listen(64)
+        # every address, IPv6 too where the host has it (TensorFlow binds [::])
+        family = socket.AF_INET6 if socket.has_dualstack_ipv6() else socket.AF_INET
+        self.sock = socket.create_server(
+            ("", port), family=family, backlog=64, reuse_port=False, dualstack_ipv6=family == socket.AF_INET6
+        )
         self.sock.settimeout(POLL_S)
         self._done = threading.Event()
         self.thread = threading.Thread(target=self._serve, daemon=True)
@@ -49,6 +50,11 @@ class _Answer:
         self._done.set()
         self.thread.join()
         self.sock.close()
+
+
+def answers(address: str) -> bool:
+    """Whether something listens at ``host:port``."""
+    return _missing(address) is None
 
 
 def _missing(address: str) -> str | None:

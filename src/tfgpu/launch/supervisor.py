@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from tfgpu import env, quiet
+from tfgpu.launch import peers
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan
 
 TAIL_LINES = 20
@@ -89,6 +90,31 @@ def default_sink(lock: threading.Lock | None = None) -> Callable[[str, bytes], N
     return sink
 
 
+class _ChiefWatch:
+    """A parameter-server chief on another node: seen answering, then not (a few checks in a row,
+    a second apart), it has ended, and the servers here have nothing left to serve."""
+
+    MISSES = 3
+    EVERY_S = 1.0
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.seen = False
+        self.misses = 0
+        self.next_check = 0.0
+
+    def gone(self) -> bool:
+        now = time.monotonic()
+        if now < self.next_check:
+            return False
+        self.next_check = now + self.EVERY_S
+        if peers.answers(self.address):
+            self.seen, self.misses = True, 0
+        elif self.seen:
+            self.misses += 1
+        return self.misses >= self.MISSES
+
+
 class Supervisor:
     def __init__(
         self,
@@ -108,6 +134,11 @@ class Supervisor:
         # with ps tasks, workers and ps serve until the chief is done; a node (a pod) without the
         # chief serves until it is stopped (the JobSet ends it when the chief's pod is done)
         self._required = {p.label for p in plan.local if not plan.cluster.get("ps") or p.role == "chief"}
+        # ... so it watches the chief's address, and stops its servers once the chief has gone
+        remote_chief = plan.cluster.get("ps") and not any(p.role == "chief" for p in plan.local)
+        self._chief = (
+            _ChiefWatch(plan.cluster["chief"][0]) if remote_chief and plan.cluster.get("chief") else None
+        )
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -152,6 +183,10 @@ class Supervisor:
                             failed_status=exit_status(code),
                             tail=list(proc.tail),
                         )
+                if self._chief is not None and self._chief.gone():
+                    self.notify(f"the chief at {self._chief.address} has ended; stopping this node's servers")
+                    self._stop_all(running)
+                    return LaunchResult(exit_code=0, attempts=attempt + 1)
                 required = [p for p in running if p.plan.label in self._required] or running
                 if all(p.process.poll() == 0 for p in required):
                     self._stop_all(running)
