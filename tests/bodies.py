@@ -454,3 +454,23 @@ def keras_fits_the_multi_worker_tutorial() -> list[Any]:
     model = tutorial.build_and_compile_cnn_model()  # set_random_seed changes a seeded shuffle's order
     history = model.fit(dataset, epochs=3, steps_per_epoch=10, verbose=0)
     return [model.get_weights(), history.history]
+
+
+def accumulate_on_workers(optimizer: str) -> dict[str, Any]:
+    """A worker of a MultiWorkerMirrored cluster: tfgpu.fit on a model whose optimizer accumulates
+    gradients (Keras's own fit fails on several devices)."""
+    import tensorflow as tf
+
+    import tfgpu
+    from test_accumulation import data, model
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    x, y = data()
+    with strategy.scope():
+        built = model(optimizer)
+    history = tfgpu.fit(built, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+    return {
+        "weights": built.get_weights(),
+        "history": history.history,
+        "iterations": int(built.optimizer.iterations.numpy()),
+    }

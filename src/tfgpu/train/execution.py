@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
+from tfgpu.train import accumulation
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (state, {key: fn})
 
@@ -186,6 +187,8 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
+    if model.optimizer is not None and _several_replicas(strategy):
+        accumulation.enable(model.optimizer)  # Keras's own fails there (keras-team/keras#20582)
     step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
     step_logs = StepLogs(strategy, model)
 
@@ -210,6 +213,14 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
         return {**out, "examples": examples, "first_bad": first_bad, "logs": step_logs.result(last)}
 
     return execute
+
+
+def _several_replicas(strategy: Any) -> bool:
+    from tfgpu import distribute
+
+    if distribute.is_parameter_server(strategy):
+        return False
+    return strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)
 
 
 def skip_batches() -> Callable[[Any, Any], Any]:

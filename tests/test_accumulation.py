@@ -1,0 +1,76 @@
+"""Keras's gradient_accumulation_steps under tfgpu.fit on several replicas: Keras's own fit fails
+there (keras-team/keras#20582, "Exception encountered when calling Cond.call()"); tfgpu trains
+to the weights of Keras's fit on one device."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import tfgpu
+from conftest import local_strategy
+from test_fit import in_scope, same_history, same_weights
+from tfgpu.errors import ConfigError
+
+OPTIMIZERS = {
+    "sgd-momentum": lambda: keras.optimizers.SGD(0.05, momentum=0.9, gradient_accumulation_steps=3),
+    "adamw-clipnorm": lambda: keras.optimizers.AdamW(
+        0.01, weight_decay=0.05, clipnorm=0.5, gradient_accumulation_steps=2
+    ),
+}
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(192, 8)).astype("float32")
+    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+
+
+def model(optimizer):
+    keras.utils.set_random_seed(0)
+    built = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+    )
+    built.compile(optimizer=OPTIMIZERS[optimizer](), loss="mse", metrics=["mae"])
+    return built
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("replicas", [1, 2, 3])
+def test_accumulation_on_replicas_is_keras_on_one_device(replicas, optimizer):
+    x, y = data()
+    expected = model(optimizer)
+    history = expected.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+    ours = in_scope(local_strategy(replicas), lambda: model(optimizer))
+    got = tfgpu.fit(ours, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+    same_weights(ours.get_weights(), expected.get_weights())
+    same_history(got.history, history.history)
+    # 16 steps, an update every N: Keras counts the optimizer's updates
+    assert int(ours.optimizer.iterations.numpy()) == int(expected.optimizer.iterations.numpy())
+
+
+def test_what_cannot_accumulate_across_replicas_is_said():
+    from tfgpu.train import accumulation
+
+    optimizer = keras.optimizers.Adam(global_clipnorm=1.0, gradient_accumulation_steps=2)
+    with pytest.raises(ConfigError, match="global_clipnorm or use_ema"):
+        accumulation.enable(optimizer)
+    plain = keras.optimizers.Adam()
+    accumulation.enable(plain)  # nothing to do without accumulation
+    assert "_backend_apply_gradients" not in vars(plain)
+
+
+@pytest.mark.slow
+def test_accumulation_on_two_workers_is_keras_on_one_device():
+    from tfgpu.testing import run_cluster
+
+    x, y = data()
+    expected = model("adamw-clipnorm")
+    history = expected.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+    results = run_cluster("bodies:accumulate_on_workers", workers=2, args=("adamw-clipnorm",), timeout=300)
+    for result in results.values():
+        same_weights(result["weights"], expected.get_weights())
+        same_history(result["history"], history.history)
+        assert result["iterations"] == int(expected.optimizer.iterations.numpy())
