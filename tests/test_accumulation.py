@@ -74,3 +74,22 @@ def test_accumulation_on_two_workers_is_keras_on_one_device():
         same_weights(result["weights"], expected.get_weights())
         same_history(result["history"], history.history)
         assert result["iterations"] == int(expected.optimizer.iterations.numpy())
+
+
+@pytest.mark.heavy
+def test_a_resumed_fit_keeps_the_gradients_accumulated_so_far(tmp_path):
+    """The first run stops after step 8, two gradients into a cycle of 3: the resumed run goes on
+    from them, to the weights of an uninterrupted run."""
+    x, y = data()
+    expected = model("sgd-momentum")
+    expected.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+    strategy = local_strategy(2)
+    kept = {"checkpoint_dir": str(tmp_path), "checkpoint_every": 5}
+    first = in_scope(strategy, lambda: model("sgd-momentum"))
+    tfgpu.fit(first, x, y, batch_size=24, epochs=1, shuffle=False, verbose=0, **kept)
+    assert int(first.optimizer.iterations.numpy()) == 2  # 8 steps: 2 updates, 2 gradients kept
+    resumed = in_scope(strategy, lambda: model("sgd-momentum"))
+    history = tfgpu.fit(resumed, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0, **kept)
+    assert history.epoch == [1]
+    same_weights(resumed.get_weights(), expected.get_weights())
+    assert int(resumed.optimizer.iterations.numpy()) == int(expected.optimizer.iterations.numpy())
