@@ -215,6 +215,16 @@ def spans_workers(strategy: Any) -> bool:
     return is_parameter_server(strategy) or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
+def mean_over_replicas(strategy: Any, value: Any) -> Any:
+    """The mean of ``value`` (this process's figure) over every replica of every worker: with the
+    same count of replicas on each worker, the mean of the workers' figures. A collective: every
+    worker must call it."""
+    import tensorflow as tf
+
+    on_replicas = strategy.experimental_distribute_values_from_function(lambda _: tf.identity(value))
+    return strategy.reduce(tf.distribute.ReduceOp.MEAN, on_replicas, axis=None)
+
+
 def barrier(strategy: Any) -> None:
     """Wait until every worker of a multi-worker strategy reaches this point (a one-number
     all-reduce); a no-op elsewhere. Why: a worker's own file writes are not collective, so the
@@ -223,8 +233,7 @@ def barrier(strategy: Any) -> None:
         return
     import tensorflow as tf
 
-    ones = strategy.experimental_distribute_values_from_function(lambda _: tf.constant(1.0))
-    strategy.reduce(tf.distribute.ReduceOp.SUM, ones, axis=None)
+    mean_over_replicas(strategy, tf.constant(1.0))
 
 
 def cluster_of(strategy: Any) -> cluster.ClusterSpec | None:

@@ -60,8 +60,11 @@ def options_from(args: argparse.Namespace, environ=os.environ):
 
     hosts, rank = read_hosts_file(args.hosts), args.node_rank
     slurm = slurm_layout(environ) if hosts is None else None
-    pod = kubernetes.detect(environ, nnodes=args.nnodes, subdomain=args.subdomain) if hosts is None else None
-    if slurm is not None and len(slurm[0]) > 1:
+    several = slurm is not None and len(slurm[0]) > 1
+    pod = None
+    if hosts is None and not several:
+        pod = kubernetes.detect(environ, nnodes=args.nnodes, subdomain=args.subdomain)
+    if several:
         hosts, rank = tuple(slurm[0]), slurm[1]
     elif pod is not None:
         if pod.role != "worker":

@@ -79,16 +79,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run)
 
 
+def _command(args: argparse.Namespace) -> tuple[str, ...]:
+    """The command after ``--``."""
+    command = list(args.command)
+    return tuple(command[1:] if command and command[0] == "--" else command)
+
+
 def config_from(args: argparse.Namespace):
     from tfgpu.env import parse_gpu_list
     from tfgpu.launch import LaunchConfig
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     hosts = read_hosts_file(args.hosts)
     return LaunchConfig(
-        command=tuple(command),
+        command=command,
         nproc=args.nproc,
         gpus=parse_gpu_list(args.gpus) if args.gpus else None,
         gpus_per_proc=args.gpus_per_proc,
@@ -110,9 +114,7 @@ def config_from(args: argparse.Namespace):
 def manifest_from(args: argparse.Namespace):
     from tfgpu.launch.manifest import ManifestOptions
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = _command(args)
     ignored = {
         "--nproc": args.nproc,
         "--gpus": args.gpus,
@@ -132,7 +134,7 @@ def manifest_from(args: argparse.Namespace):
     if args.nodes and args.nnodes and args.nodes != args.nnodes:
         raise ConfigError("--nodes and --nnodes disagree", value=(args.nodes, args.nnodes), fix="pass one")
     return ManifestOptions(
-        command=tuple(command),
+        command=command,
         image=args.image or "",
         nodes=nodes,
         gpus_per_node=args.gpus_per_node,

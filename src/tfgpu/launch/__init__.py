@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfgpu import nvml, ports
+from tfgpu import cluster, nvml, ports
 from tfgpu.errors import ConfigError
 from tfgpu.launch import kubernetes, peers
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan, expand_hostlist, make_plan
@@ -37,7 +37,7 @@ def plan_launch(
     inventory = nvml.visible(report, environ.get("CUDA_VISIBLE_DEVICES"))
     pod = None
     if config.hosts is None:  # a hosts file says where the cluster is, even on a pod
-        given = bool(environ.get("TF_CONFIG", "").strip())
+        given = cluster.from_environ(environ) is not None
         pod = kubernetes.detect(
             environ, nnodes=config.nnodes, ps=config.ps, subdomain=config.subdomain, strict=not given
         )

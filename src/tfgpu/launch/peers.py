@@ -61,14 +61,12 @@ def _missing(address: str) -> str | None:
     """None when ``host:port`` answers; else why not, in words."""
     host, _, port = address.rpartition(":")
     try:
-        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
-    except socket.gaierror:
-        return f"{host} does not resolve"
-    try:
         with socket.create_connection((host, int(port)), timeout=2) as sock:
             if sock.getsockname() == sock.getpeername():  # a port of this host, connected to itself
                 return f"port {port} does not answer"
             return None
+    except socket.gaierror:
+        return f"{host} does not resolve"
     except OSError:
         return f"port {port} does not answer"
 

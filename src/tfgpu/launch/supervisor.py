@@ -131,14 +131,11 @@ class Supervisor:
         self.sink = sink or default_sink()
         self.notify = notify or (lambda message: None)
         self._stop = threading.Event()
-        # with ps tasks, workers and ps serve until the chief is done; a node (a pod) without the
-        # chief serves until it is stopped (the JobSet ends it when the chief's pod is done)
+        # with ps tasks, workers and ps serve until the chief is done; a node without the chief
+        # watches the chief's address, and stops its servers once the chief has gone
         self._required = {p.label for p in plan.local if not plan.cluster.get("ps") or p.role == "chief"}
-        # ... so it watches the chief's address, and stops its servers once the chief has gone
         remote_chief = plan.cluster.get("ps") and not any(p.role == "chief" for p in plan.local)
-        self._chief = (
-            _ChiefWatch(plan.cluster["chief"][0]) if remote_chief and plan.cluster.get("chief") else None
-        )
+        self._chief_address = plan.cluster["chief"][0] if remote_chief and plan.cluster.get("chief") else None
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -166,6 +163,8 @@ class Supervisor:
 
     def _attempt(self, attempt: int) -> LaunchResult:
         running = [_Running(p, self.plan.first_attempt + attempt, self.sink) for p in self.plan.local]
+        # a fresh watch each attempt: the chief seen before a restart is not the one to wait for
+        chief = _ChiefWatch(self._chief_address) if self._chief_address else None
         try:
             while True:
                 if self._stop.is_set():
@@ -183,8 +182,8 @@ class Supervisor:
                             failed_status=exit_status(code),
                             tail=list(proc.tail),
                         )
-                if self._chief is not None and self._chief.gone():
-                    self.notify(f"the chief at {self._chief.address} has ended; stopping this node's servers")
+                if chief is not None and chief.gone():
+                    self.notify(f"the chief at {chief.address} has ended; stopping this node's servers")
                     self._stop_all(running)
                     return LaunchResult(exit_code=0, attempts=attempt + 1)
                 required = [p for p in running if p.plan.label in self._required] or running

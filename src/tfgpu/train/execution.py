@@ -171,14 +171,7 @@ class StepLogs:
             return logs
 
         def mean(value: Any) -> Any:
-            if not value.dtype.is_floating:
-                return value
-            # this worker's figure on each of its replicas, averaged over every replica of every
-            # worker (the same count on each): the mean of the workers' figures
-            on_replicas = self.strategy.experimental_distribute_values_from_function(
-                lambda ctx: tf.identity(value)
-            )
-            return self.strategy.reduce(tf.distribute.ReduceOp.MEAN, on_replicas, axis=None)
+            return distribute.mean_over_replicas(self.strategy, value) if value.dtype.is_floating else value
 
         return tf.nest.map_structure(mean, logs)
 
