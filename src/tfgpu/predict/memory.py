@@ -120,8 +120,10 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     import tensorflow as tf
 
     from tfgpu.train import model as model_setup
+    from tfgpu.train import remat
     from tfgpu.train.evaluation import evaluation_strategy
 
+    remat.install_for(model)  # a RematScope model fails in a compiled call without it
     chosen = strategy or model_setup.owner(model) or tf.distribute.get_strategy()
     if not model_setup.fits_strategy(model, chosen):
         if model_setup.owner(model) is not None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
-from tfgpu.train import accumulation
+from tfgpu.train import accumulation, remat
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (state, {key: fn})
 
@@ -45,6 +45,7 @@ def compiled_state(model: Any) -> tuple[Any, ...]:
         getattr(model, "optimizer", None),
         getattr(model, "_compile_loss", None),
         getattr(model, "_compile_metrics", None),
+        remat.signature(model),
         *model.trainable_variables,
     )
 

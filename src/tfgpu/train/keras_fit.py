@@ -22,6 +22,7 @@ from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import inputs
 from tfgpu.train import model as model_setup
+from tfgpu.train import remat as rematerialization
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
 
@@ -55,6 +56,7 @@ def fit(
     checkpoint_every: int | None = None,
     log_dir: str | os.PathLike | None = None,
     jit_compile: bool = False,
+    remat: bool | str | None = None,
     seed: int = 0,
 ) -> Any:
     """Train a compiled Keras model as ``model.fit`` would, on tfgpu's loop; returns Keras's History.
@@ -72,7 +74,11 @@ def fit(
     - ``checkpoint_dir`` / ``checkpoint_every``: save every N steps and at the end; a killed run
       started again resumes there, mid-epoch included, to the same weights;
     - ``log_dir``: TensorBoard scalars (the logs, examples/s, input wait), chief only;
-    - ``jit_compile``: XLA for the training step; ``seed``: the shuffle order of arrays.
+    - ``jit_compile``: XLA for the training step; ``seed``: the shuffle order of arrays;
+    - ``remat``: recompute activations in the backward pass instead of keeping them, for this run
+      (True or ``"full"``: every layer; ``"activations"``: each activation function;
+      ``"largest"``: the layers with the largest outputs); a model built in
+      ``keras.RematScope`` trains as built. The weights equal those trained without remat.
 
     The returned History carries tfgpu's measurements as ``history.train_result``
     (examples/s, input wait, verdict, timeline).
@@ -80,6 +86,7 @@ def fit(
     from tfgpu.train.loop import Trainer
 
     model_setup.check_compiled(model, call="tfgpu.fit")
+    remat_mode = rematerialization.mode_of(remat)
     strategy, trained = _placement(model, strategy)
     replicas = int(strategy.num_replicas_in_sync)
     train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
@@ -117,13 +124,14 @@ def fit(
             f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
             "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
         )
-    result = trainer.fit(
-        epochs=epochs,
-        initial_epoch=initial_epoch,
-        verbose=verbose if trainer.is_chief else 0,
-        validation_freq=validation_freq,
-        validation_steps=validation_steps,
-    )
+    with rematerialization.for_run(trained, remat_mode):
+        result = trainer.fit(
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            verbose=verbose if trainer.is_chief else 0,
+            validation_freq=validation_freq,
+            validation_steps=validation_steps,
+        )
     history = trained.history
     history.train_result = result
     if trained is not model:  # re-created in the strategy's scope: the user's model gets the state

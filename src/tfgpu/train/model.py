@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
+from tfgpu.train import remat
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
@@ -79,6 +80,7 @@ def check_compiled(model: Any, *, call: str) -> None:
             value=model.name,
             fix="call model.compile(optimizer=..., loss=..., metrics=...) first, inside strategy.scope()",
         )
+    remat.install_for(model)
 
 
 def owner(model: Any) -> Any | None:
@@ -188,6 +190,7 @@ def _clone(model: Any, strategy: Any) -> Any:
         if not clone.built and model.built and _input_shape(model) is not None:
             clone.build(_input_shape(model))  # a Sequential without Input, built by its first call
         _copy_trainable(model, clone)
+        remat.copy_modes(model, clone)
         clone.set_weights(weights)
         _copy_adapted_state(model, clone)
         clone.compile_from_config(model.get_compile_config())
@@ -260,6 +263,7 @@ def _input_shape(model: Any) -> Any:
 def _follow(clone: Any, model: Any, strategy: Any) -> None:
     """``model`` was re-compiled or had layers frozen or unfrozen: the clone does the same."""
     _copy_trainable(model, clone)
+    remat.copy_modes(model, clone)
     with strategy.scope():
         clone.compile_from_config(model.get_compile_config())
 
@@ -284,6 +288,7 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
 
     A label shape the loss cannot take fails here, before any training, as one message.
     """
+    remat.install_for(model)
     _adopt_optimizer(model, strategy)
     try:
         with strategy.scope():

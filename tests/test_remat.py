@@ -1,0 +1,138 @@
+"""Rematerialization under tfgpu.fit: a model built in keras.RematScope (which fails in Keras's own
+compiled fit, keras-team/keras#21207) and ``remat=`` on a model built without it train to the
+weights of the model without remat, BatchNormalization and Dropout included (their state is not
+changed twice by the recomputation)."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import tfgpu
+from conftest import local_strategy
+from test_fit import in_scope, same_weights
+from tfgpu.errors import ConfigError
+
+
+def data():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(96, 8)).astype("float32")
+    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+
+
+def model(scope=None):
+    """Dense layers with a BatchNormalization and a Dropout between: state a recomputation moves."""
+    keras.utils.set_random_seed(0)
+    with keras.RematScope(mode=scope) if scope else _nothing():
+        inputs = keras.Input((8,))
+        x = keras.layers.Dense(32, activation="relu")(inputs)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.Dropout(0.25, seed=5)(x)
+        x = keras.layers.Dense(32, activation="tanh")(x)
+        built = keras.Model(inputs, keras.layers.Dense(1)(x))
+    built.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse")
+    return built
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.fixture(scope="module")
+def plain_weights():
+    """The model without remat, trained by Keras on one device and by tfgpu on 2 replicas (a
+    Dropout draws its masks per replica, so 2 replicas are compared with 2 replicas)."""
+    x, y = data()
+    keras_model = model()
+    keras_model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    two = in_scope(local_strategy(2), model)
+    tfgpu.fit(two, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    return {1: keras_model.get_weights(), 2: two.get_weights()}
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("scope", ["full", "larger_than", "activations"])
+def test_a_remat_scope_model_trains_to_the_weights_without_remat(scope, replicas, plain_weights):
+    x, y = data()
+    ours = in_scope(local_strategy(replicas), lambda: model(scope))
+    tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    same_weights(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("replicas", [1, 2])
+@pytest.mark.parametrize("remat", [True, "activations", "largest"])
+def test_remat_for_a_model_built_without_it_keeps_the_weights(remat, replicas, plain_weights, clean_choices):
+    from tfgpu.train import remat as rematerialization
+
+    x, y = data()
+    ours = in_scope(local_strategy(replicas), model)
+    tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, remat=remat)
+    same_weights(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
+    assert not rematerialization.uses_remat(ours)  # for the run only
+    assert "layers recomputed" in tfgpu.choices.as_dict()["remat"]["reason"]
+
+
+def test_the_recomputation_really_happens_in_the_traced_step():
+    """The gradient of a rematted layer recomputes its forward ops (a second MatMul in the graph)."""
+    import tensorflow as tf
+
+    from tfgpu.train import remat as rematerialization
+
+    layer = keras.layers.Dense(4, activation="relu")
+    layer.build((None, 3))
+    x = tf.ones((2, 3))
+
+    def count(mode):
+        with rematerialization.for_run(keras.Sequential([keras.Input((3,)), layer]), mode):
+
+            @tf.function
+            def step():
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_sum(layer(x, training=True))
+                return tape.gradient(loss, layer.trainable_variables)
+
+            graph = step.get_concrete_function().graph
+        return sum(op.type == "MatMul" for op in graph.get_operations())
+
+    assert count("full") > count(None)
+
+
+def test_largest_picks_the_layers_holding_half_the_activations():
+    from tfgpu.train import remat as rematerialization
+
+    wide = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(512, name="wide"),
+            keras.layers.Dense(8, name="narrow"),
+            keras.layers.Dense(1),
+        ]
+    )
+    names = [
+        layer.name for layer in rematerialization._choose(wide, rematerialization._leaves(wide), "largest")
+    ]
+    assert names == ["wide"]
+
+
+def test_bad_remat_is_one_message():
+    from tfgpu.train import remat as rematerialization
+
+    with pytest.raises(ConfigError, match="remat must be True") as caught:
+        tfgpu.fit(model(), *data(), remat="everything")
+    assert caught.value.value == "everything"
+
+    class Bare(keras.Model):
+        def call(self, x):
+            return x * 2.0
+
+    bare = Bare()
+    bare(np.zeros((1, 2), "float32"))
+    with pytest.raises(ConfigError, match="made of Keras layers"), rematerialization.for_run(bare, "full"):
+        pass
