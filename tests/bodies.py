@@ -474,3 +474,35 @@ def accumulate_on_workers(optimizer: str) -> dict[str, Any]:
         "history": history.history,
         "iterations": int(built.optimizer.iterations.numpy()),
     }
+
+
+def accumulate_with_parameter_servers(optimizer: str) -> dict[str, Any]:
+    """In-process servers (1 worker, 1 ps) as the parameter-server tutorial makes them: tfgpu.fit
+    on a model whose optimizer accumulates gradients. One worker runs the steps in order, so the
+    weights are those of Keras's fit on one device."""
+    import socket
+
+    import tensorflow as tf
+
+    import tfgpu
+    from test_accumulation import data, model
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("localhost", 0))
+            ports.append(s.getsockname()[1])
+    spec = tf.train.ClusterSpec({"worker": [f"localhost:{ports[0]}"], "ps": [f"localhost:{ports[1]}"]})
+    tf.distribute.Server(spec, job_name="worker", task_index=0, protocol="grpc")
+    tf.distribute.Server(spec, job_name="ps", task_index=0, protocol="grpc")
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    x, y = data()
+    with strategy.scope():
+        built = model(optimizer)
+    history = tfgpu.fit(built, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0, steps_per_execution=4)
+    return {
+        "weights": built.get_weights(),
+        "history": history.history,
+        "iterations": int(built.optimizer.iterations.numpy()),
+    }

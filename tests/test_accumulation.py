@@ -76,6 +76,20 @@ def test_accumulation_on_two_workers_is_keras_on_one_device():
         assert result["iterations"] == int(expected.optimizer.iterations.numpy())
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_accumulation_with_parameter_servers_is_keras_on_one_device(optimizer):
+    from tfgpu.testing import run_on_logical_cpus
+
+    x, y = data()
+    expected = model(optimizer)
+    history = expected.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
+    result = run_on_logical_cpus("bodies:accumulate_with_parameter_servers", 1, optimizer, timeout=300)
+    same_weights(result["weights"], expected.get_weights())
+    same_history(result["history"], history.history)
+    assert result["iterations"] == int(expected.optimizer.iterations.numpy())
+
+
 @pytest.mark.heavy
 def test_a_resumed_fit_keeps_the_gradients_accumulated_so_far(tmp_path):
     """The first run stops after step 8, two gradients into a cycle of 3: the resumed run goes on

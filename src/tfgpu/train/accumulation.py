@@ -9,7 +9,9 @@ gradients are summed over the replicas first (Keras sums them too, the loss bein
 updates every variable on every device with ``extended.update``: the accumulators add the
 gradient; every N-th step the optimizer's own ``update_step`` takes (gradient + accumulated) / N,
 clipped and with weight decay as Keras does, and the accumulators are zeroed. One device (no
-replica context) keeps Keras's own code.
+replica context) keeps Keras's own code. Under ParameterServerStrategy (where Keras's cond fails
+the same way) the accumulators live on the parameter servers: one worker gives Keras's
+one-device weights; several share the accumulators, every N-th step of any worker applying them.
 """
 
 from __future__ import annotations

@@ -181,7 +181,7 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
-    if model.optimizer is not None and _several_replicas(strategy):
+    if model.optimizer is not None and (_several_replicas(strategy) or _parameter_servers(strategy)):
         accumulation.enable(model.optimizer)  # Keras's own fails there (keras-team/keras#20582)
     step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
     step_logs = StepLogs(strategy, model)
@@ -215,6 +215,12 @@ def _several_replicas(strategy: Any) -> bool:
     if distribute.is_parameter_server(strategy):
         return False
     return strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)
+
+
+def _parameter_servers(strategy: Any) -> bool:
+    from tfgpu import distribute
+
+    return distribute.is_parameter_server(strategy)
 
 
 def skip_batches() -> Callable[[Any, Any], Any]:
