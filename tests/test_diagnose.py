@@ -98,6 +98,8 @@ def test_a_dispatch_bound_step_is_advised_steps_per_execution_with_its_measured_
     # the step is measured once per model: a second diagnosis (another pipeline) shows the same figure
     again = diagnose(workload.build().map(lambda x, y: (x * 2.0, y)), model=model, steps=10, warmup=2)
     assert again.to_dict()["step"] == step
+    # the step's memory, for the pipeline's batch
+    assert result.memory.batch_size == result.batch_size and result.memory.fixed_bytes > 0
     # diagnose trained the model on synthetic and real batches, and put it back as it was
     assert all((a == b).all() for a, b in zip(before, model.get_weights(), strict=True))
 
@@ -236,6 +238,7 @@ def test_cli_json_html_and_bad_input(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(done.stdout)
     assert data["bottleneck"] == "host" and data["layers"]
+    assert data["memory"]["source"] == "estimated" and data["memory"]["per_example_bytes"] > 0
     page = (tmp_path / "r.html").read_text()
     assert page.count("data:image/png;base64,") == 3 and "Advice (ranked by estimated gain)" in page
     for args, needle in (

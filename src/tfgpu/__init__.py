@@ -24,6 +24,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "evaluate": ("tfgpu.train.keras_fit", "evaluate"),
     "TrainOptions": ("tfgpu.train", "TrainOptions"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
+    "memory": ("tfgpu.train.footprint", "memory"),
     "predict": ("tfgpu.predict", None),  # the package, callable: tfgpu.predict(...) (callable_module)
     "estimator": ("tfgpu.estimator", None),
     "diagnose": ("tfgpu.diagnose", None),  # the package, callable: tfgpu.diagnose(...)

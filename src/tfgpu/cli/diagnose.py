@@ -168,6 +168,12 @@ def _render(data: dict[str, Any]) -> None:
     for s in data["stages"]:
         stages.add_row(s["name"], f"{s['examples_per_s']:,.0f}", f"{s['share']:.0%}", s.get("detail", ""))
     out.print(stages)
+    if data.get("memory"):
+        from tfgpu.train import footprint
+
+        out.print("[bold]memory of a training step[/]")
+        for line in footprint.lines(data["memory"]):
+            out.print(f"  {line}", markup=False)
     advice = Table(title="advice, ranked by estimated gain")
     for column in ("kind", "what to do", "estimated", "measured"):
         advice.add_column(column)

@@ -50,6 +50,7 @@ class Diagnosis:
     certain: bool = True  # False: repeated runs disagreed, the median figures decided
     spread: dict[str, list[float]] = field(default_factory=dict)  # [min, max] over the runs
     step: dict[str, Any] | None = None  # a real model's StepProfile: the step on the device alone
+    memory: Any = None  # a real model's step in device memory (train.footprint.Footprint)
 
     @property
     def cores_needed(self) -> float:
@@ -83,6 +84,7 @@ class Diagnosis:
                 for s in self.stages
             ],
             "step": self.step,
+            "memory": None if self.memory is None else self.memory.to_dict(),
             "layers": self.layers,
             "advice": [a.to_dict() for a in self.advice],
             "applied": self.applied,
@@ -223,6 +225,10 @@ def diagnose(
         result = _measured(dataset, device, run, spec, steps=steps, warmup=warmup)
         if apply:
             _apply(result, dataset, device, run, steps=steps, warmup=warmup, service_workers=service_workers)
+    if model is not None:
+        from tfgpu.train import footprint
+
+        result.memory = footprint.memory(model, batch_size=batch)
     return result
 
 

@@ -50,8 +50,11 @@ def compiled_state(model: Any) -> tuple[Any, ...]:
     )
 
 
-def _same(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+def same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same objects (the remat signature, made anew each time, compared by value)."""
+    return len(a) == len(b) and all(
+        x is y or (isinstance(x, tuple) and x == y) for x, y in zip(a, b, strict=True)
+    )
 
 
 def cached(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
@@ -66,7 +69,7 @@ def cached(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
     """
     state = compiled_state(model)
     entry = _COMPILED.get(model)
-    if entry is None or not _same(entry[0], state):
+    if entry is None or not same_state(entry[0], state):
         entry = (state, {})
         _COMPILED[model] = entry
     functions = entry[1]

@@ -42,6 +42,32 @@ class OutOfMemoryError(TfgpuError):
     """A training step ran out of device memory."""
 
 
+def out_of_memory(model: Any, strategy: Any, *, batch: int, global_batch: int) -> OutOfMemoryError:
+    """The error for a step of ``batch`` per replica that ran out of device memory: the step's
+    fixed and per-example bytes (``tfgpu.memory``) and the fixes with their numbers."""
+    from tfgpu import distribute
+    from tfgpu.train import footprint
+
+    what = f"Out of device memory in a training step at {batch} examples per replica (global batch {global_batch})"
+    try:
+        found = footprint.memory(model, batch_size=batch, measure=False)
+    except Exception as exc:  # the figures are a help: the error is said without them
+        log.debug("no memory figures for the out-of-memory message: %s", exc)
+        return OutOfMemoryError(
+            what, value=batch, fix="lower the batch size (tfgpu.find_batch_size finds the largest that fits)"
+        )
+    device = distribute.replica_devices(strategy)[0][0].split("device:")[-1]
+    capacity = next((d.total_bytes for d in found.devices if device.endswith(d.name)), None)
+    has = f"; the device has {footprint.size(capacity)}" if capacity else ""
+    return OutOfMemoryError(
+        f"{what}: the step needs {footprint.size(found.fixed_bytes)} fixed and "
+        f"{footprint.size(found.per_example_bytes)} per example ({found.source}), "
+        f"{footprint.size(found.step_bytes())} in all{has}",
+        value=batch,
+        fix="one of: " + "; ".join(footprint.out_of_memory_advice(found, batch=batch, capacity=capacity)),
+    )
+
+
 class Trainer:
     """Train ``task`` under ``strategy`` (default: ``tfgpu.strategy()``).
 
@@ -389,11 +415,8 @@ class Trainer:
         try:
             return execute(iterator, self._constant(limit))
         except tf.errors.ResourceExhaustedError:
-            raise OutOfMemoryError(
-                f"Out of device memory in a training step at {self.task.batch_size} examples per replica "
-                f"(global batch {self.global_batch})",
-                value=self.task.batch_size,
-                fix="lower the batch size (tfgpu.find_batch_size(task) finds the largest that fits), or use precision='auto'",
+            raise out_of_memory(
+                self.model, self.strategy, batch=self.task.batch_size, global_batch=self.global_batch
             ) from None
 
     def _begin_epoch(self, callbacks: Any) -> None:

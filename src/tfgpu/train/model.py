@@ -124,7 +124,7 @@ def recreate(model: Any, strategy: Any) -> Any:
     Sequential and functional models can be cloned; a subclassed model, or a compile
     configuration Keras cannot rebuild, is refused with the fix (create it in the scope).
     """
-    from tfgpu.train.execution import compiled_state
+    from tfgpu.train.execution import compiled_state, same_state
 
     where = type(strategy).__name__
     copies = _COPIES.setdefault(model, {})
@@ -138,7 +138,7 @@ def recreate(model: Any, strategy: Any) -> Any:
             choices.record(
                 "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
             )
-        elif not _same_state(copy.state, state):
+        elif not same_state(copy.state, state):
             _follow(copy.clone, model, strategy)
             copy.state = state
         copy.clone.set_weights(model.get_weights())
@@ -174,10 +174,6 @@ def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> N
         return  # another optimizer (re-compiled in between): it starts afresh, as under Keras
     for value, variable in zip(mine.variables, theirs.variables, strict=True):
         variable.assign(value)
-
-
-def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _clone(model: Any, strategy: Any) -> Any:
