@@ -31,15 +31,32 @@ def predict_arrays(
     callbacks: Any = None,
     steps_per_execution: int | None = None,
     strategy: Any = None,
+    devices_per_replica: int | None = None,
+    micro_batches: int | None = None,
 ) -> Any:
     """The model's outputs for every row of ``x`` (an array, a dict / list / tuple of arrays, or a
     ``tf.data.Dataset`` of global batches), in order, as NumPy arrays in the structure the model
     returns; up to ``steps`` batches. Keras's predict callbacks and progress bar are called once
-    per compiled call of K batches, as ``Model.predict`` calls them at ``steps_per_execution=K``."""
+    per compiled call of K batches, as ``Model.predict`` calls them at ``steps_per_execution=K``.
+    ``devices_per_replica`` / ``micro_batches``: the model split over K devices per replica, as
+    ``tfgpu.fit`` splits it."""
     import numpy as np
     import tensorflow as tf
 
-    strategy, model = _strategy(model, strategy)
+    if devices_per_replica not in (None, 1) or micro_batches is not None:
+        from tfgpu.train import split
+        from tfgpu.train.evaluation import evaluation_strategy
+
+        strategy, model = split.placed(
+            model,
+            devices_per_replica=1 if devices_per_replica is None else devices_per_replica,
+            micro_batches=micro_batches,
+            strategy=strategy,
+            global_batch=batch_size or DEFAULT_BATCH,
+        )
+        strategy = evaluation_strategy(strategy)
+    else:
+        strategy, model = _strategy(model, strategy)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
     _check_sizes(batch_size, per_call, steps, x)

@@ -20,7 +20,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs
+from tfgpu.train import inputs, split
 from tfgpu.train import model as model_setup
 from tfgpu.train import remat as rematerialization
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
@@ -57,6 +57,8 @@ def fit(
     log_dir: str | os.PathLike | None = None,
     jit_compile: bool = False,
     remat: bool | str | None = None,
+    devices_per_replica: int | None = None,
+    micro_batches: int | None = None,
     seed: int = 0,
 ) -> Any:
     """Train a compiled Keras model as ``model.fit`` would, on tfgpu's loop; returns Keras's History.
@@ -78,7 +80,10 @@ def fit(
     - ``remat``: recompute activations in the backward pass instead of keeping them, for this run
       (True or ``"full"``: every layer; ``"activations"``: each activation function;
       ``"largest"``: the layers with the largest outputs); a model built in
-      ``keras.RematScope`` trains as built. The weights equal those trained without remat.
+      ``keras.RematScope`` trains as built. The weights equal those trained without remat;
+    - ``devices_per_replica``: each replica's layers split over K of this process's devices (by
+      their memory), its batch run in ``micro_batches`` (default 2K) so the devices work at the
+      same time; several groups of K train data parallel. The weights equal one device's.
 
     The returned History carries tfgpu's measurements as ``history.train_result``
     (examples/s, input wait, verdict, timeline).
@@ -87,7 +92,16 @@ def fit(
 
     model_setup.check_compiled(model, call="tfgpu.fit")
     remat_mode = rematerialization.mode_of(remat)
-    strategy, trained = _placement(model, strategy)
+    if devices_per_replica not in (None, 1) or micro_batches is not None:
+        strategy, trained = split.placed(
+            model,
+            devices_per_replica=1 if devices_per_replica is None else devices_per_replica,
+            micro_batches=micro_batches,
+            strategy=strategy,
+            global_batch=batch_size or DEFAULT_BATCH,
+        )
+    else:
+        strategy, trained = _placement(model, strategy)
     replicas = int(strategy.num_replicas_in_sync)
     train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else _validation(validation_data, model=trained)

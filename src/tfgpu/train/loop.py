@@ -64,7 +64,9 @@ def out_of_memory(model: Any, strategy: Any, *, batch: int, global_batch: int) -
         f"{footprint.size(found.per_example_bytes)} per example ({found.source}), "
         f"{footprint.size(found.step_bytes())} in all{has}",
         value=batch,
-        fix="one of: " + "; ".join(footprint.out_of_memory_advice(found, batch=batch, capacity=capacity)),
+        fix="one of: "
+        + "; ".join(footprint.out_of_memory_advice(found, batch=batch, capacity=capacity))
+        + " (tfgpu.find_batch_size measures the largest batch that fits)",
     )
 
 

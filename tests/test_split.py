@@ -1,0 +1,138 @@
+"""devices_per_replica: a model's layers split over K devices per replica, its batch in
+micro-batches; the variables on the stage devices, the weights those of one device."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+import tfgpu
+from test_fit import same_history, same_weights
+from tfgpu.errors import ConfigError
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 8)).astype("float32")
+    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+
+
+def model():
+    keras.utils.set_random_seed(0)
+    built = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(16, activation="tanh"),
+            keras.layers.Dense(1),
+        ]
+    )
+    built.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
+    return built
+
+
+def components(variable):
+    inner = variable.value
+    return [v.device.split("device:")[-1] for v in getattr(inner, "values", [inner])]
+
+
+def split_run(devices_per_replica: int) -> dict:
+    """tfgpu.fit and tfgpu.predict of the model split over ``devices_per_replica`` devices."""
+    x, y = data()
+    ours = model()
+    history = tfgpu.fit(
+        ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, devices_per_replica=devices_per_replica
+    )
+    from tfgpu.train import split
+
+    placed = next(iter(split._PLACED[ours].values()))[1]
+    return {
+        "weights": ours.get_weights(),
+        "history": history.history,
+        "devices": [components(v) for v in placed.weights],
+        "predicted": tfgpu.predict(
+            ours, x, batch_size=16, verbose=0, devices_per_replica=devices_per_replica
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def on_one_device():
+    x, y = data()
+    expected = model()
+    history = expected.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    return expected, history.history
+
+
+@pytest.mark.heavy
+def test_one_replica_over_three_devices_is_one_device(on_one_device):
+    """This test process has 3 logical CPUs: one replica, one layer group on each (4 layers)."""
+    expected, history = on_one_device
+    result = split_run(3)
+    same_weights(result["weights"], expected.get_weights())
+    same_history(result["history"], history)
+    assert {d[0] for d in result["devices"]} == {"CPU:0", "CPU:1", "CPU:2"}
+    np.testing.assert_allclose(
+        result["predicted"], expected.predict(data()[0], verbose=0), rtol=1e-4, atol=1e-5
+    )
+
+
+@pytest.mark.slow
+def test_two_replicas_of_two_devices_on_four_cpus_are_one_device(on_one_device):
+    from tfgpu.testing import run_on_logical_cpus
+
+    expected, history = on_one_device
+    result = run_on_logical_cpus("test_split:split_run", 4, 2, timeout=300)
+    same_weights(result["weights"], expected.get_weights())
+    same_history(result["history"], history)
+    # each variable mirrored on two replicas, its components on the stage's device of each group
+    assert {tuple(d) for d in result["devices"]} == {("CPU:0", "CPU:2"), ("CPU:1", "CPU:3")}
+    np.testing.assert_allclose(
+        result["predicted"], expected.predict(data()[0], verbose=0), rtol=1e-4, atol=1e-5
+    )
+
+
+def test_stages_balance_the_layers_memory():
+    from tfgpu.train import split
+
+    assert split._partition([1, 1, 1, 1], 2) == [(0, 2), (2, 4)]
+    assert split._partition([10, 1, 1, 1, 1], 2) == [(0, 1), (1, 5)]
+    assert split._partition([5, 5, 5], 3) == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_bad_splits_are_one_message():
+    x, y = data()
+    with pytest.raises(ConfigError, match="must divide this process's 3 devices") as caught:
+        tfgpu.fit(model(), x, y, devices_per_replica=2)
+    assert "[1, 3]" in caught.value.fix
+    with pytest.raises(ConfigError, match="at least 1"):
+        tfgpu.fit(model(), x, y, devices_per_replica=0)
+    with pytest.raises(ConfigError, match="micro_batches"):
+        tfgpu.fit(model(), x, y, devices_per_replica=3, micro_batches=0)
+
+    class Own(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.dense = keras.layers.Dense(1)
+
+        def call(self, x):
+            return self.dense(x)
+
+    own = Own()
+    own(x[:1])
+    own.compile(loss="mse")
+    with pytest.raises(ConfigError, match="Sequential or functional"):
+        tfgpu.fit(own, x, y, devices_per_replica=3)
+
+
+def test_a_split_under_several_workers_is_refused(monkeypatch):
+    import json
+
+    config = {"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}
+    monkeypatch.setenv("TF_CONFIG", json.dumps(config))
+    x, y = data()
+    with pytest.raises(ConfigError, match="one worker's devices") as caught:
+        tfgpu.fit(model(), x, y, devices_per_replica=3)
+    assert caught.value.value == "2 tasks in TF_CONFIG" and "--gpus-per-proc" in caught.value.fix
