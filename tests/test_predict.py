@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 import tensorflow as tf
 
+import tfgpu
 from conftest import run_cli
 from tfgpu import data
-from tfgpu.errors import InputError
+from tfgpu.errors import ConfigError, InputError
 from tfgpu.predict import PredictOptions, predict, read_output
 from tfgpu.testing import run_cluster
 
@@ -387,3 +388,26 @@ def test_a_rerun_with_another_input_or_model_is_refused_until_overwrite(files, t
     result = read_output(out)
     assert np.array_equal(result["row_id"], np.arange(1001))
     np.testing.assert_allclose(only_output(result), files["reference"][::-1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_keras_file_split_over_devices_predicts_as_one_device(files, tmp_path, clean_choices):
+    """--devices-per-replica 3: the model's two layers on two of this process's 3 logical CPUs,
+    the rows in order, the outputs the one-device loop's."""
+    result = predict(
+        str(files["root"] / "m.keras"),
+        str(files["root"] / "x.npy"),
+        str(tmp_path / "o"),
+        options=PredictOptions(batch_size=64, rows_per_shard=300, devices_per_replica=3),
+    )
+    assert result.predicted_rows == 1001 and result.replicas == 1
+    out = read_output(tmp_path / "o")
+    assert np.array_equal(out["row_id"], np.arange(1001))
+    np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
+    assert "devices_per_replica" in tfgpu.choices.as_dict()
+    with pytest.raises(ConfigError, match=r"needs a \.keras file"):
+        predict(
+            str(files["root"] / "estimator_like"),
+            str(files["root"] / "x.npy"),
+            str(tmp_path / "p"),
+            options=PredictOptions(devices_per_replica=3),
+        )

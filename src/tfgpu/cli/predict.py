@@ -43,6 +43,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="batches per compiled call, taken from the iterator inside the graph (default: about 32k rows)",
     )
     p.add_argument(
+        "--devices-per-replica",
+        type=int,
+        help="split a .keras model's layers over K devices per replica (a model too big for one GPU)",
+    )
+    p.add_argument(
         "--overwrite",
         action="store_true",
         help="delete the predictions already in OUTPUT and start over (a re-run otherwise resumes the same run only)",
@@ -64,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
         rows_per_shard=args.rows_per_shard,
         deterministic=not args.any_order,
         steps_per_execution=args.steps_per_execution,
+        devices_per_replica=args.devices_per_replica,
     )
     with progress("predict") as update:
         result = predict(

@@ -55,6 +55,7 @@ class PredictOptions:
     deterministic: bool = True  # False: parallel reads in any order (ids keep the output ordered)
     wait_for_parts_s: float = 3600.0
     steps_per_execution: int | None = None  # batches per compiled call; None: about 32k rows a call
+    devices_per_replica: int | None = None  # a .keras model's layers split over K devices (train.split)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.rows_per_shard < 1 or (self.steps_per_execution or 1) < 1:
@@ -62,6 +63,14 @@ class PredictOptions:
                 "batch_size, rows_per_shard and steps_per_execution must be at least 1",
                 value=(self.batch_size, self.rows_per_shard, self.steps_per_execution),
                 fix="pass e.g. --batch-size 256",
+            )
+        if self.devices_per_replica is not None and (
+            not isinstance(self.devices_per_replica, int) or self.devices_per_replica < 1
+        ):
+            raise ConfigError(
+                "devices_per_replica must be a whole number of at least 1",
+                value=self.devices_per_replica,
+                fix="pass e.g. --devices-per-replica 2",
             )
         if self.fmt not in writers.FORMATS:
             raise ConfigError(
@@ -244,6 +253,29 @@ def _bucket_bounds(source: InputSource, options: PredictOptions) -> list[int]:
     return [int(c) for c in cuts if c > 1] or [int(lengths.max()) + 1]
 
 
+def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tuple[Any, Predictor]:
+    """(strategy, predictor) of the .keras file ``model`` split over ``devices_per_replica``
+    devices per replica (``train.split``: the layers placed by memory, the batch in micro-batches)."""
+    from tfgpu.predict.models import keras_predictor, load_keras_model
+    from tfgpu.train import split
+
+    path = Path(model)
+    if path.suffix != ".keras":
+        raise ConfigError(
+            "devices_per_replica splits a Keras model's layers, and needs a .keras file",
+            value=model,
+            fix="save the model with model.save('model.keras'), or leave --devices-per-replica out",
+        )
+    loaded = load_keras_model(path)
+    placed_strategy, placed = split.placed(
+        loaded,
+        devices_per_replica=options.devices_per_replica,
+        strategy=strategy,
+        global_batch=options.batch_size,
+    )
+    return placed_strategy, keras_predictor(placed, name=path.name)
+
+
 def predict(
     model: str,
     input: str | InputSource,
@@ -266,13 +298,16 @@ def predict(
 
     out = check_output_directory(output, command="tfgpu predict")
     options = options or PredictOptions()
-    strategy = strategy or distribute.local_strategy(record_as="predict.strategy")
+    if options.devices_per_replica not in (None, 1):
+        strategy, predictor = split_predictor(model, options, strategy=strategy)
+    else:
+        strategy = strategy or distribute.local_strategy(record_as="predict.strategy")
+        with strategy.scope():
+            predictor = load_predictor(model, signature=options.signature)
     replicas = int(strategy.num_replicas_in_sync)
     batch = -(-options.batch_size // replicas) * replicas
     if batch != options.batch_size:
         choices.record("predict.batch", batch, f"rounded up to a multiple of {replicas} replicas")
-    with strategy.scope():
-        predictor = load_predictor(model, signature=options.signature)
     source = input if isinstance(input, InputSource) else open_input(input)
     label = getattr(getattr(source, "manifest", None), "label", None)
     mapping = _match_inputs(predictor, source, label)

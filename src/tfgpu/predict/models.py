@@ -33,6 +33,11 @@ class Predictor:
 
 
 def _keras(path: Path) -> Predictor:
+    return keras_predictor(load_keras_model(path), name=path.name)
+
+
+def load_keras_model(path: Path) -> Any:
+    """The Keras model in ``path`` (uncompiled); InputError when the file is not one."""
     import keras
 
     if path.suffix == ".keras" and not zipfile.is_zipfile(path):
@@ -49,6 +54,11 @@ def _keras(path: Path) -> Predictor:
             value=str(path),
             fix="pass a .keras file saved with model.save(...)",
         ) from None
+    return model
+
+
+def keras_predictor(model: Any, *, name: str) -> Predictor:
+    """A Keras model as a Predictor: its inputs by name, its outputs as a dict."""
     names = [t.name.split(":")[0] for t in model.inputs]
     inputs = [
         InputSpec(n, t.dtype if isinstance(t.dtype, str) else t.dtype.name, tuple(t.shape[1:]))
@@ -67,7 +77,7 @@ def _keras(path: Path) -> Predictor:
             return dict(zip(output_names, out, strict=True))
         return {output_names[0] if len(output_names) == 1 else "output": out}
 
-    return Predictor("keras", inputs, call, f"Keras model {path.name}")
+    return Predictor("keras", inputs, call, f"Keras model {name}")
 
 
 def _saved_model(path: Path, signature: str | None) -> Predictor:

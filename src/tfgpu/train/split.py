@@ -294,7 +294,8 @@ def build(model: Any, split: Split, *, batch: int) -> tuple[Any, Any]:
     with tf.variable_creator_scope(_creator(split)), strategy.scope():
         clone = keras.models.clone_model(model, clone_function=clone_layer)
         clone.set_weights(weights)
-        clone.compile_from_config(model.get_compile_config())
+        if model.compiled:  # a model loaded to predict is not
+            clone.compile_from_config(model.get_compile_config())
     _micro_batched(clone, micro)
     sizes = [len(p) for p in parts]
     choices.record(
