@@ -35,7 +35,7 @@ def test_the_estimate_counts_weights_gradients_slots_and_activations():
     assert found.devices[0].largest_batch == (9000 - 16 * params) // (4 * 33)
     remat = next(c for c in found.changes if c.option == "remat=True")
     assert remat.per_example_bytes == 4 * 17  # relu's input recomputed
-    half = tfgpu.memory(mlp(), batch_size=10, precision="mixed_float16")
+    half = tfgpu.memory(mlp(), batch_size=10, precision="bf16")
     assert half.per_example_bytes == found.per_example_bytes // 2
     assert "per example" in "\n".join(found.lines())
 

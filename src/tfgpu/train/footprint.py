@@ -23,7 +23,7 @@ from typing import Any
 from tfgpu.errors import ConfigError
 
 HEADROOM = 0.9  # of a device's memory a step may plan on: cuDNN workspaces, fragmentation
-PRECISIONS = (None, "float32", "mixed_float16", "mixed_bfloat16")
+PRECISIONS = (None, "fp32", "bf16", "fp16")  # tfgpu.configure's names
 # optimizer slots per trainable weight, when the optimizer has not made them yet
 _SLOTS = {
     "Adam": 2,
@@ -142,7 +142,8 @@ def memory(
 ) -> Footprint:
     """The step's memory for ``model`` (compiled, built) at ``batch_size`` examples per replica.
 
-    ``precision``: what the activations would be stored in (None: the model's own policy).
+    ``precision``: "bf16" or "fp16" for the activations in 16 bits, "fp32" (None: the model's
+    own dtype policy).
     ``devices_bytes``: {device name: bytes a step may use}; default the visible GPUs (their
     ``tfgpu.configure`` caps, else their memory). ``measure``: None measures on a GPU when there
     is one, else estimates; True insists on measuring.
@@ -291,7 +292,7 @@ def _inner_bytes(model: Any) -> int:
 def _estimated(model: Any, precision: str | None) -> tuple[tuple[int, int, int], int, str]:
     outputs = _layer_outputs(model)
     per_example = sum(out + _inner(layer, out) for layer, out in outputs)
-    if precision and precision.startswith("mixed") and _policy(model) == "float32":
+    if precision in ("bf16", "fp16") and _policy(model) == "float32":
         per_example //= 2
     how = "from the model's shapes: no GPU to measure on; layer outputs and activation inputs kept for the backward pass"
     return _fixed(model), per_example, how
