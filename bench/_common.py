@@ -36,6 +36,33 @@ def interleaved_rates(
     }
 
 
+def child_processes(script: str, *, processes: int, rounds: int, pin: bool) -> list[Any]:
+    """Run ``script --child --rounds R [--cpu C]`` in ``processes`` fresh processes, one after
+    another (each on one core, alternating, when ``pin``); each prints its figures as the last
+    line of JSON. Fresh processes: these CPUs are bimodal per process, so one process's figures
+    are one sample."""
+    import subprocess
+
+    results = []
+    for i in range(processes):
+        done = subprocess.run(
+            [
+                sys.executable,
+                script,
+                "--child",
+                "--rounds",
+                str(rounds),
+                *(["--cpu", str(i % (os.cpu_count() or 1))] if pin else []),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(f"process {i + 1}/{processes} done", file=sys.stderr)
+    return results
+
+
 def table(title: str, rows: list[dict[str, Any]], columns: list[str]) -> str:
     """A Markdown table, ready for the closing note and docs/benchmarks.md."""
     widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]

@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from typing import Any
 
@@ -97,25 +96,9 @@ def main() -> None:
         print(json.dumps(one_process(args.rounds, cpu=args.cpu)))
         return
     sys.path.insert(0, os.path.dirname(__file__))
-    from _common import save, table
+    from _common import child_processes, save, table
 
-    runs: list[dict[str, list[float]]] = []
-    for i in range(args.processes):
-        done = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--child",
-                "--rounds",
-                str(args.rounds),
-                *(["--cpu", str(i % (os.cpu_count() or 1))] if args.pin else []),
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"process {i + 1}/{args.processes} done", file=sys.stderr)
+    runs = child_processes(__file__, processes=args.processes, rounds=args.rounds, pin=args.pin)
     names = list(runs[0])
     rows = []
     for name in names:

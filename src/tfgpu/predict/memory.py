@@ -43,20 +43,17 @@ def predict_arrays(
     import numpy as np
     import tensorflow as tf
 
-    if devices_per_replica not in (None, 1) or micro_batches is not None:
-        from tfgpu.train import split
-        from tfgpu.train.evaluation import evaluation_strategy
+    from tfgpu.train import split
+    from tfgpu.train.evaluation import evaluation_strategy
 
-        strategy, model = split.placed(
-            model,
-            devices_per_replica=1 if devices_per_replica is None else devices_per_replica,
-            micro_batches=micro_batches,
-            strategy=strategy,
-            global_batch=batch_size or DEFAULT_BATCH,
-        )
-        strategy = evaluation_strategy(strategy)
-    else:
-        strategy, model = _strategy(model, strategy)
+    asked = split.placed_if_asked(
+        model,
+        devices_per_replica=devices_per_replica,
+        micro_batches=micro_batches,
+        strategy=strategy,
+        global_batch=batch_size or DEFAULT_BATCH,
+    )
+    strategy, model = (evaluation_strategy(asked[0]), asked[1]) if asked else _strategy(model, strategy)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
     _check_sizes(batch_size, per_call, steps, x)

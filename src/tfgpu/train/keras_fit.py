@@ -92,16 +92,13 @@ def fit(
 
     model_setup.check_compiled(model, call="tfgpu.fit")
     remat_mode = rematerialization.mode_of(remat)
-    if devices_per_replica not in (None, 1) or micro_batches is not None:
-        strategy, trained = split.placed(
-            model,
-            devices_per_replica=1 if devices_per_replica is None else devices_per_replica,
-            micro_batches=micro_batches,
-            strategy=strategy,
-            global_batch=batch_size or DEFAULT_BATCH,
-        )
-    else:
-        strategy, trained = _placement(model, strategy)
+    strategy, trained = split.placed_if_asked(
+        model,
+        devices_per_replica=devices_per_replica,
+        micro_batches=micro_batches,
+        strategy=strategy,
+        global_batch=batch_size or DEFAULT_BATCH,
+    ) or _placement(model, strategy)
     replicas = int(strategy.num_replicas_in_sync)
     train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else _validation(validation_data, model=trained)

@@ -342,3 +342,18 @@ def placed(
         entry[1].set_weights(model.get_weights())
         model_setup.copy_optimizer_state(model, entry[1], strategy=entry[0])
     return entry[0], entry[1]
+
+
+def placed_if_asked(
+    model: Any, *, devices_per_replica: Any, micro_batches: Any, strategy: Any, global_batch: int
+) -> tuple[Any, Any] | None:
+    """``placed(...)`` when a split was asked for (K other than 1, or micro-batches), else None."""
+    if devices_per_replica in (None, 1) and micro_batches is None:
+        return None
+    return placed(
+        model,
+        devices_per_replica=1 if devices_per_replica is None else devices_per_replica,
+        micro_batches=micro_batches,
+        strategy=strategy,
+        global_batch=global_batch,
+    )
