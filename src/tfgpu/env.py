@@ -37,6 +37,7 @@ VERBOSE_VARIABLE = "TFGPU_VERBOSE"
 ATTEMPT_VARIABLE = "TFGPU_LAUNCH_ATTEMPT"  # set by `tfgpu launch`: 0 first, 1 after a restart, ...
 PODINFO_VARIABLE = "TFGPU_PODINFO"  # the Downward API folder of a Kubernetes pod (default /etc/podinfo)
 HOST_MAP_VARIABLE = "TFGPU_HOST_MAP"  # tests: host names -> "address:port" on this machine
+CACHE_VARIABLE = "TFGPU_CACHE_DIR"  # where tune=True keeps its choices (default ~/.cache/tfgpu)
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -141,8 +142,20 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         VERBOSE_VARIABLE,
         PODINFO_VARIABLE,
         HOST_MAP_VARIABLE,
+        CACHE_VARIABLE,
     }
     return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)
+
+
+def cache_dir(environ: Mapping[str, str] | None = None) -> str:
+    """TFGPU_CACHE_DIR: where tfgpu keeps what it measured for reuse (default
+    ``$XDG_CACHE_HOME/tfgpu``, else ``~/.cache/tfgpu``)."""
+    environ = os.environ if environ is None else environ
+    given = environ.get(CACHE_VARIABLE, "").strip()
+    if given:
+        return given
+    base = environ.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "tfgpu")
 
 
 def podinfo_dir(environ: Mapping[str, str] | None = None) -> str:

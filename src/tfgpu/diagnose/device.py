@@ -162,7 +162,6 @@ class ModelDevice:
         self.description = (
             f"Keras model {getattr(model, 'name', 'model')} ({model.count_params():,} parameters)"
         )
-        self._limits: dict[int, Any] = {}
 
     @staticmethod
     def _split(batch: Any) -> tuple[Any, Any]:
@@ -188,13 +187,6 @@ class ModelDevice:
             self.model, key, lambda: execution.train_execution(self.strategy, self.model, jit_compile=False)
         )
 
-    def _limit(self, steps: int) -> Any:
-        import tensorflow as tf
-
-        if steps not in self._limits:  # a Python int argument would retrace per value
-            self._limits[steps] = tf.constant(steps, tf.int32)
-        return self._limits[steps]
-
     def _as_steps_take_them(self, dataset: Any) -> Any:
         return dataset.map(self._split) if isinstance(dataset.element_spec, dict) else dataset
 
@@ -205,6 +197,7 @@ class ModelDevice:
         import tensorflow as tf
 
         from tfgpu.train.model import build
+        from tfgpu.train.timing import restored
 
         spec = self._as_steps_take_them(tf.data.Dataset.from_tensors(synthetic(element_spec, 1))).element_spec
         build(self.model, self.strategy, spec if isinstance(spec, tuple) else (spec,))
@@ -227,14 +220,9 @@ class ModelDevice:
         """``steps`` steps, ``per_call`` per compiled call, nothing read back until the end (as the
         Trainer runs): the seconds they took, when each call was made (from the start) and each
         call's outputs."""
-        execute, limit = self._execution(), self._limit(per_call)
-        outputs, starts = [], []
-        start = time.perf_counter()
-        for _ in range(max(1, steps // per_call)):
-            starts.append(time.perf_counter() - start)
-            outputs.append(execute(iterator, limit))
-        int(outputs[-1]["steps"])  # the calls run in order: the last one's result waits for all
-        return time.perf_counter() - start, starts, outputs
+        from tfgpu.train import timing
+
+        return timing.run(self._execution(), iterator, steps=steps, per_call=per_call)
 
     def _seconds_per_step(self, iterator: Any, *, per_call: int, steps: int) -> float:
         seconds, _, _ = self.run(iterator, steps=steps, per_call=per_call)
@@ -335,18 +323,3 @@ class ModelDevice:
             ({"name": n, "share": round(o / total, 4)} for n, o in zip(names, own, strict=True)),
             key=lambda d: -d["share"],
         )
-
-
-@contextlib.contextmanager
-def restored(model: Any) -> Iterator[None]:
-    """Put the model's weights, optimizer state and metrics back as they were on leaving: timing
-    a step trains the model on synthetic batches, which must not change the user's model."""
-    optimizer = getattr(model, "optimizer", None)
-    variables = list(model.weights) + (list(optimizer.variables) if optimizer is not None else [])
-    saved = [v.numpy() for v in variables]
-    try:
-        yield
-    finally:
-        for variable, value in zip(variables, saved, strict=True):
-            variable.assign(value)
-        model.reset_metrics()

@@ -131,6 +131,7 @@ class Input:
         self._built_epoch: int | None = None
         self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
+        self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
         self._arrays_given = is_arrays(source)
         if self._arrays_given:
             if self._weigh is not None:
@@ -159,6 +160,20 @@ class Input:
             if self._arrays_given:
                 self._first_epoch.assign(epoch)  # read when the iterator starts
         return iter(self.built(epoch)), step
+
+    def set_tf_options(self, options: Any) -> None:
+        """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""
+        self.tf_options, self._built, self._live = options, None, None
+
+    def trial_iterator(self, options: Any) -> Any:
+        """A fresh iterator over the data from its start, with ``options`` added (None: as it
+        is), that leaves the run's own dataset and iterator as they are (tune=True's trials)."""
+        kept = self.tf_options
+        self.tf_options = options
+        try:
+            return iter(self._build(0))
+        finally:
+            self.tf_options = kept
 
     def built(self, epoch: int = 0) -> Any:
         """The (distributed) dataset for ``epoch``: built once, or each epoch for a function that
@@ -207,6 +222,8 @@ class Input:
 
         if self.is_dataset:
             dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
+            if self.tf_options is not None:
+                dataset = dataset.with_options(self.tf_options)
             self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
             return dataset if self.direct else self.strategy.experimental_distribute_dataset(bounded(dataset))
         make = self._per_worker(epoch)
@@ -221,6 +238,8 @@ class Input:
 
         def make(ctx: Any) -> Any:
             dataset = made(ctx)
+            if self.tf_options is not None:
+                dataset = dataset.with_options(self.tf_options)
             self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
             return bounded(dataset)
 

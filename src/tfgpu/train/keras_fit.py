@@ -20,7 +20,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs, split
+from tfgpu.train import inputs, split, tuning
 from tfgpu.train import model as model_setup
 from tfgpu.train import remat as rematerialization
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
@@ -59,6 +59,8 @@ def fit(
     remat: bool | str | None = None,
     devices_per_replica: int | None = None,
     micro_batches: int | None = None,
+    tune: bool | str | Sequence[str] | None = None,
+    tune_budget_s: float | None = None,
     seed: int = 0,
 ) -> Any:
     """Train a compiled Keras model as ``model.fit`` would, on tfgpu's loop; returns Keras's History.
@@ -83,7 +85,11 @@ def fit(
       ``keras.RematScope`` trains as built. The weights equal those trained without remat;
     - ``devices_per_replica``: each replica's layers split over K of this process's devices (by
       their memory), its batch run in ``micro_batches`` (default 2K) so the devices work at the
-      same time; several groups of K train data parallel. The weights equal one device's.
+      same time; several groups of K train data parallel. The weights equal one device's;
+    - ``tune``: before the first epoch, measure steps per call, tf.data's result-preserving
+      optimizations and XLA on this model and data, train with the fastest, and keep the choice
+      for the next run (``train.tuning``); ``tune_budget_s`` bounds the measurement. The weights
+      are those of the untuned run; ``history.train_result.tuning`` says what was chosen and why.
 
     The returned History carries tfgpu's measurements as ``history.train_result``
     (examples/s, input wait, verdict, timeline).
@@ -92,6 +98,7 @@ def fit(
 
     model_setup.check_compiled(model, call="tfgpu.fit")
     remat_mode = rematerialization.mode_of(remat)
+    tune_options = tuning.TuneOptions.from_arg(tune, tune_budget_s)
     strategy, trained = split.placed_if_asked(
         model,
         devices_per_replica=devices_per_replica,
@@ -120,6 +127,7 @@ def fit(
     acting = None if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
     per_batch = int(getattr(trained, "steps_per_execution", 1) or 1) if acting else None
     options = TrainOptions(
+        tune=tune_options,
         steps_per_execution=steps_per_execution or _compiled_steps(trained) or per_batch,
         log_every=log_every,
         jit_compile=jit_compile,

@@ -167,6 +167,7 @@ class Trainer:
         self._limits: dict[int, Any] = {}
         self._warm = False  # the training function has run once (traced and instantiated)
         self._last: dict[str, Any] | None = None  # the last execution's accumulators
+        self._tuning: Any = None  # what tune=True chose (tuning.Tuning), once per Trainer
 
     def _checkpointed(self) -> None:
         """Checkpoints of model, optimizer and counters; restore the latest one there is."""
@@ -272,13 +273,97 @@ class Trainer:
     def _finish(self, run: RunLog) -> TrainResult:
         final = None if self.backup is not None else self._save(self._counters["step"])
         self._drop_backup()
-        return run.result(
+        result = run.result(
             steps=self._counters["step"],
             epochs=self._counters["epoch"],
             replicas=self.replicas,
             final=final,
             resumed=self.resumed_from,
         )
+        result.tuning = None if self._tuning is None else self._tuning.to_dict()
+        return result
+
+    # -- tune=True -------------------------------------------------------------------------------
+    def _tune(self, *, epochs: int | None, steps: int | None) -> Any:
+        """Measure, choose and keep the fastest configuration (``train.tuning``), then train with it."""
+        import time
+
+        from tfgpu.train import timing, tuning
+
+        options = self.options.tune
+        source = self._inputs["train"]
+        devices, _ = distribute.replica_devices(self.strategy)
+        default = tuning.Config(self.options.execution_steps, False, self.options.jit_compile)
+        if distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy):
+            note = "not tuned: under several workers each would choose from its own timings"
+            found = tuning.Tuning(seconds=0.0, choices={}, gains={}, notes=[note])
+            choices.record("tuning", found.line())
+            return found
+        parts = tuning.key_parts(
+            model=self.model,
+            spec=source.spec(),
+            strategy=self.strategy,
+            devices=devices,
+            knobs=options.knobs,
+            batch=self.global_batch,
+        )
+        path = tuning.kept_path(
+            checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=tuning.key_of(parts)
+        )
+        found, why = tuning.load(path, parts) if options.keep else (None, "")
+        if found is None:
+            bench = tuning.Bench(
+                iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
+                execution=lambda c: self._execution_with(jit_compile=c.jit_compile),
+                max_steps=source.steps_per_epoch,
+            )
+            per_epoch = source.steps_per_epoch
+            tuner = tuning.Tuner(
+                bench,
+                model=self.model,
+                options=options,
+                default=default,
+                batch=self.global_batch,
+                run_steps=steps if steps is not None else (epochs or 1) * per_epoch if per_epoch else None,
+                fixed_steps=self.options.steps_per_execution is not None,
+                xla_refused="replicas on logical CPU devices share one XLA device"
+                if len(devices) > 1 and distribute.on_host_cpu(devices)
+                else None,
+            )
+            started = time.perf_counter()
+            with timing.restored(self.model):
+                _, chosen, gains = tuner.run()
+            notes = ([why] if why else []) + tuner.notes
+            found = tuning.Tuning(
+                time.perf_counter() - started, chosen, gains, tuner.trials, notes, key=tuning.key_of(parts)
+            )
+            if options.keep and self.is_chief:
+                tuning.save(path, parts, found)
+        self._apply_tuning(tuning.config_of(found, default))
+        choices.record("tuning", found.line())
+        log.info("%s", found.line())
+        return found
+
+    def _execution_with(self, *, jit_compile: bool) -> Any:
+        key = ("train", self.strategy, jit_compile)
+        return execution.cached(
+            self.model,
+            key,
+            lambda: execution.train_execution(self.strategy, self.model, jit_compile=jit_compile),
+        )
+
+    def _apply_tuning(self, config: Any) -> None:
+        from tfgpu.train import tuning
+
+        k = config.steps_per_execution
+        self.options = dataclasses.replace(
+            self.options,
+            steps_per_execution=k,
+            log_every=max(self.options.log_every, k),
+            jit_compile=config.jit_compile,
+        )
+        if config.input:
+            self._inputs["train"].set_tf_options(tuning.input_options())
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(
@@ -313,6 +398,10 @@ class Trainer:
             epochs=epochs if epochs is not None else 1,
             steps=self._inputs["train"].steps_per_epoch,
         )
+        if self.options.tune is not None and self._tuning is None:
+            self._tuning = self._tune(epochs=epochs, steps=steps)
+            if verbose and self.is_chief:
+                print(self._tuning.line())  # before the progress bars, as Keras prints its own
         if distribute.is_parameter_server(self.strategy):
             return self._fit_parameter_server(
                 epochs=epochs,

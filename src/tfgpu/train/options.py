@@ -30,6 +30,8 @@ class TrainOptions:
             too (Keras's ``BackupAndRestore(save_freq="epoch")``).
         log_dir: TensorBoard scalars (loss, examples/s, input wait), written by the chief.
         monitor_gpus: sample GPU utilization through NVML while training.
+        tune: measure candidate configurations before the first epoch and train with the
+            fastest (``train.tuning``; a ``TuneOptions``, None: no tuning).
     """
 
     steps_per_execution: int | None = None
@@ -41,8 +43,13 @@ class TrainOptions:
     checkpoint_epochs: bool = False
     log_dir: str | None = None
     monitor_gpus: bool = True
+    tune: Any = None  # tuning.TuneOptions
 
     def __post_init__(self) -> None:
+        from tfgpu.train.tuning import TuneOptions
+
+        if not isinstance(self.tune, TuneOptions | None):
+            object.__setattr__(self, "tune", TuneOptions.from_arg(self.tune))  # True, "all", knob names
         for name, value in (
             ("steps_per_execution", self.steps_per_execution),
             ("log_every", self.log_every),
@@ -104,6 +111,7 @@ class TrainResult:
     overall_examples_per_s: float = 0.0  # everything: tracing, first fetches, warm epochs
     steady: dict[str, Any] | None = None  # the steady state's figures; None: too short to have one
     warm_up: dict[str, Any] = field(default_factory=dict)  # tracing, first fetches, warm epochs
+    tuning: dict[str, Any] | None = None  # what tune=True chose (tuning.Tuning.to_dict())
 
     def sentence(self) -> str:
         """The verdict, saying what it covers: the steady state, or everything when there is none."""
@@ -148,4 +156,5 @@ class TrainResult:
             "gpu_utilization": self.gpu_utilization,
             "final_checkpoint": self.final_checkpoint,
             "resumed_from": self.resumed_from,
+            "tuning": self.tuning,
         }

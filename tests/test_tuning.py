@@ -1,0 +1,187 @@
+"""tune=True: the tuner's choices on workloads whose best is known, the run it tunes unchanged
+(weights, callbacks, History), the choice kept and reused, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+
+import tfgpu
+from conftest import local_strategy
+from test_fit import in_scope, same_weights
+from tfgpu.errors import ConfigError
+from tfgpu.train import tuning
+from tfgpu.train.tuning import Config, TuneOptions, Tuner
+
+
+class FakeBench:
+    """A step whose rate is known for each configuration (no clock): ``rates(config)``."""
+
+    def __init__(self, rates, *, max_steps=None):
+        self.rates, self.max_steps, self.calls = rates, max_steps, []
+
+    def rate(self, config, steps):
+        self.calls.append(config)
+        return self.rates(config), 1.0
+
+
+DEFAULT = Config(100)  # one call per log window of 100 steps, the run's own default
+
+
+def tuner(bench, *, default=DEFAULT, knobs=tuning.KNOBS, fixed=False, xla=None):
+    return Tuner(
+        bench,
+        model=None,
+        options=TuneOptions(knobs=knobs, budget_s=1e9),
+        default=default,
+        batch=32,
+        run_steps=None,
+        fixed_steps=fixed,
+        xla_refused=xla,
+    )
+
+
+def dispatch_bound(config):
+    """1 ms of dispatch per call and 0.1 ms of work per step: K steps per call amortize it."""
+    k = config.steps_per_execution
+    return 32 / (0.0001 + 0.001 / k) * (1.2 if config.input else 1.0)
+
+
+def test_the_known_best_is_chosen_and_what_does_not_help_is_not():
+    found = tuner(FakeBench(dispatch_bound), default=Config(1), xla="not here")
+    config, choices, gains = found.run()
+    # 1 -> 4 -> 16 -> 64 -> 256 each gain >= 3% (256 over 64: 11%); 1024 over 256 gains 2.9%
+    assert choices["steps_per_execution"] == 256 and config.steps_per_execution == 256
+    assert gains["steps_per_execution"] == pytest.approx(
+        dispatch_bound(Config(256)) / dispatch_bound(Config(1))
+    )
+    assert choices["input"] is True and gains["input"] == pytest.approx(1.2)
+    assert "XLA not tried: not here" in found.notes
+    assert [t["candidate"] for t in found.trials][:5] == [
+        f"steps_per_execution={k}" for k in (4, 16, 64, 256, 1024)
+    ]
+
+
+def test_nothing_helps_keeps_the_defaults():
+    found = tuner(FakeBench(lambda config: 1000.0))
+    config, choices, gains = found.run()
+    assert config == Config(100)
+    assert choices == {"steps_per_execution": 100, "input": False, "jit_compile": False}
+    assert gains["steps_per_execution"] is None and gains["input"] == pytest.approx(1.0)
+
+
+def test_a_gain_within_the_noise_is_not_taken():
+    assert tuning.decide([1.2, 1.1, 1.05])
+    assert not tuning.decide([1.4, 0.98, 1.3])  # one round against it: inside the spread
+    assert not tuning.decide([1.02, 1.01, 1.02])  # below 3%
+
+
+def test_steps_the_user_fixed_are_not_tuned():
+    found = tuner(FakeBench(dispatch_bound), default=Config(1), fixed=True, knobs=("steps_per_execution",))
+    config, choices, _ = found.run()
+    assert config == Config(1) and choices == {} and found.trials == []
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(512, 8)).astype("float32")
+    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+
+
+def model(extra=False):
+    keras.utils.set_random_seed(0)
+    layers = [keras.Input((8,)), keras.layers.Dense(16, activation="relu")]
+    layers += [keras.layers.Dense(16, activation="relu")] if extra else []
+    built = keras.Sequential([*layers, keras.layers.Dense(1)])
+    built.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="mse")
+    return built
+
+
+class Seen(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def on_train_begin(self, logs=None):
+        self.events.append("train")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.events.append(f"epoch {epoch}")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.events.append(batch)
+
+
+@pytest.mark.heavy
+def test_a_tuned_run_trains_as_the_untuned_run_and_its_callbacks_see_no_trial(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path / "cache"))
+    x, y = data()
+    plain = in_scope(local_strategy(1), model)
+    tfgpu.fit(plain, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    tuned, seen = in_scope(local_strategy(1), model), Seen()
+    history = tfgpu.fit(
+        tuned,
+        x,
+        y,
+        batch_size=16,
+        epochs=2,
+        shuffle=False,
+        verbose=0,
+        tune=True,
+        tune_budget_s=2,
+        callbacks=[seen],
+    )
+    same_weights(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
+    assert history.epoch == [0, 1] and len(history.history["loss"]) == 2
+    batches = [e for e in seen.events if isinstance(e, int)]
+    assert seen.events[:2] == ["train", "epoch 0"] and seen.events.count("train") == 1
+    assert max(batches) == 31 and all(0 <= b <= 31 for b in batches)  # 32 steps an epoch, no trial's
+    found = history.train_result.tuning
+    assert set(found) >= {"seconds", "choices", "gains", "trials"} and found["trials"]
+    assert found["summary"].startswith("tfgpu tuned in")
+    assert int(tuned.optimizer.iterations.numpy()) == 64  # the trials' steps were put back
+
+
+@pytest.mark.heavy
+def test_the_choice_is_kept_reused_and_tuned_again_when_the_model_changes(tmp_path):
+    x, y = data()
+    kept = tmp_path / "ck"
+    args = {"batch_size": 16, "epochs": 1, "verbose": 0, "tune": ("steps_per_execution",), "tune_budget_s": 1}
+    first = tfgpu.fit(in_scope(local_strategy(1), model), x, y, checkpoint_dir=kept, **args)
+    saved = json.loads((kept / tuning.FILE).read_text())
+    assert (
+        saved["choices"] == first.train_result.tuning["choices"]
+        and saved["parts"]["knobs"] == "steps_per_execution"
+    )
+    again = tfgpu.fit(in_scope(local_strategy(1), model), x, y, checkpoint_dir=tmp_path / "ck2", **args)
+    assert again.train_result.tuning["reused"] is None  # another directory: measured
+    os.replace(tmp_path / "ck2" / tuning.FILE, tmp_path / "moved.json")
+    reused = tfgpu.fit(in_scope(local_strategy(1), model), x, y, log_dir=tmp_path / "logs", **args)
+    assert reused.train_result.tuning["reused"] is None
+    same = tfgpu.fit(in_scope(local_strategy(1), model), x, y, log_dir=tmp_path / "logs", **args)
+    assert same.train_result.tuning["reused"] == str(tmp_path / "logs" / tuning.FILE)
+    assert same.train_result.tuning["seconds"] == 0 and same.train_result.tuning["summary"].startswith(
+        "tfgpu kept"
+    )
+    changed = tfgpu.fit(
+        in_scope(local_strategy(1), lambda: model(extra=True)), x, y, log_dir=tmp_path / "logs", **args
+    )
+    assert changed.train_result.tuning["reused"] is None
+    assert any("re-tuned: model changed" in n for n in changed.train_result.tuning["notes"])
+
+
+def test_bad_tuning_is_one_message():
+    x, y = data()
+    for tune, budget, match in (
+        (True, 0, "positive number of seconds"),
+        (True, -1.0, "positive number of seconds"),
+        ("warp", None, "knob names"),
+        (("precision",), None, "cannot set precision yet"),
+        (None, 5, "needs tune=True"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            tfgpu.fit(model(), x, y, tune=tune, tune_budget_s=budget)
