@@ -185,3 +185,81 @@ def test_bad_tuning_is_one_message():
     ):
         with pytest.raises(ConfigError, match=match):
             tfgpu.fit(model(), x, y, tune=tune, tune_budget_s=budget)
+
+
+def heavy_element(i):
+    """A Python-free map of 60 small matrix products per element: the pipeline, run sequentially,
+    is several times the tiny model's step."""
+    import tensorflow as tf
+
+    m = tf.fill([32, 32], tf.cast(i % 7, tf.float32) / 7.0 + 0.5)
+    for _ in range(60):
+        m = tf.tanh(tf.matmul(m, m) / 32.0)
+    x = tf.reshape(m[:8, :1], [8])
+    return x, tf.reduce_sum(x, keepdims=True)
+
+
+@pytest.mark.timing
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a parallel map needs two cores to gain")
+def test_a_slow_sequential_map_gets_its_input_tuned(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    dataset = tf.data.Dataset.range(32 * 200).map(heavy_element).batch(32)
+    history = tfgpu.fit(
+        in_scope(local_strategy(1), model), dataset, verbose=0, tune=("input",), tune_budget_s=6
+    )
+    found = history.train_result.tuning
+    assert found["choices"] == {"input": True}, found["trials"][0]
+    assert found["gains"]["input"] >= 1.03
+
+
+@pytest.mark.timing
+def test_a_dispatch_bound_model_gets_more_steps_per_call(tmp_path, monkeypatch):
+    """log_every=1 makes the run's default one step per call: a tiny model's step is then mostly
+    dispatch, and the tuner finds that many steps per call are faster."""
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    x, y = data()
+    history = tfgpu.fit(
+        in_scope(local_strategy(1), model),
+        np.tile(x, (8, 1)),
+        np.tile(y, (8, 1)),
+        batch_size=8,
+        verbose=0,
+        log_every=1,
+        tune=("steps_per_execution",),
+        tune_budget_s=6,
+    )
+    found = history.train_result.tuning
+    assert found["choices"]["steps_per_execution"] >= 16, found["trials"]
+    assert found["gains"]["steps_per_execution"] >= 2
+
+
+@pytest.mark.process
+def test_tfgpu_train_tune(tmp_path):
+    """tfgpu train --tune: the tuning in the JSON summary and kept in --log-dir; the next run
+    reuses it; a bad knob is one message, exit 2."""
+    from conftest import run_cli
+    from test_train import TASKS
+
+    def train(*extra):
+        return run_cli(
+            "train",
+            f"{TASKS}:make_task",
+            "--steps",
+            "20",
+            "--log-dir",
+            str(tmp_path / "run"),
+            *extra,
+            env={"TFGPU_LOGICAL_CPUS": "1"},
+        )
+
+    done = train("--tune", "steps_per_execution,input", "--tune-budget", "2", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    first = json.loads(done.stdout)["tuning"]
+    assert set(first["choices"]) == {"steps_per_execution", "input"} and first["trials"]
+    again = train("--tune", "steps_per_execution,input")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "tfgpu kept the tuning from" in again.stdout
+    bad = train("--tune", "warp")
+    assert bad.returncode == 2 and "knob names" in bad.stderr and "Traceback" not in bad.stderr

@@ -36,6 +36,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=DEFAULT_LOG_EVERY,
         help=f"read loss, input wait and the NaN check from the device every N steps (default {DEFAULT_LOG_EVERY})",
     )
+    p.add_argument(
+        "--tune",
+        nargs="?",
+        const="all",
+        metavar="KNOBS",
+        help="measure and train with the fastest steps per call, input options and XLA before the first "
+        "epoch, kept for the next run (KNOBS: comma-separated, default all)",
+    )
+    p.add_argument(
+        "--tune-budget", type=float, metavar="S", help="seconds the tuning may take (default 20-60)"
+    )
     p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
     p.add_argument("--log-dir", help="TensorBoard scalars and the run record (tfgpu report LOG_DIR)")
@@ -137,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
         _watch_service(
             args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
         )
+    from tfgpu.train.tuning import TuneOptions
+
+    knobs = None if args.tune is None else (True if args.tune == "all" else tuple(args.tune.split(",")))
     options = TrainOptions(
+        tune=TuneOptions.from_arg(knobs, args.tune_budget),
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,
         jit_compile=args.xla,
@@ -160,6 +175,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     out = _common.out
     out.print(choices.summary_line())
+    if result.tuning:
+        out.print(result.tuning["summary"], markup=False)
     for entry in result.history:
         out.print(
             "  " + "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items())

@@ -161,6 +161,13 @@ class Input:
                 self._first_epoch.assign(epoch)  # read when the iterator starts
         return iter(self.built(epoch)), step
 
+    def known_length(self) -> int | None:
+        """Batches in a pass over a ``tf.data.Dataset`` when tf.data knows (None: unknown or infinite)."""
+        if not self.is_dataset:
+            return None
+        batches = int(self.source.cardinality())
+        return batches if batches > 0 else None
+
     def set_tf_options(self, options: Any) -> None:
         """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""
         self.tf_options, self._built, self._live = options, None, None

@@ -297,7 +297,7 @@ class Trainer:
         if distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy):
             note = "not tuned: under several workers each would choose from its own timings"
             found = tuning.Tuning(seconds=0.0, choices={}, gains={}, notes=[note])
-            choices.record("tuning", found.line())
+            choices.record("tuning", "none", note)
             return found
         parts = tuning.key_parts(
             model=self.model,
@@ -312,12 +312,12 @@ class Trainer:
         )
         found, why = tuning.load(path, parts) if options.keep else (None, "")
         if found is None:
+            per_epoch = source.steps_per_epoch or source.known_length()
             bench = tuning.Bench(
                 iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
                 execution=lambda c: self._execution_with(jit_compile=c.jit_compile),
-                max_steps=source.steps_per_epoch,
+                max_steps=per_epoch,
             )
-            per_epoch = source.steps_per_epoch
             tuner = tuning.Tuner(
                 bench,
                 model=self.model,
@@ -340,7 +340,8 @@ class Trainer:
             if options.keep and self.is_chief:
                 tuning.save(path, parts, found)
         self._apply_tuning(tuning.config_of(found, default))
-        choices.record("tuning", found.line())
+        chosen = ", ".join(f"{k}={v}" for k, v in found.choices.items()) or "as configured"
+        choices.record("tuning", chosen, f"kept from {found.reused}" if found.reused else "measured")
         log.info("%s", found.line())
         return found
 

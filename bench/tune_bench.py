@@ -1,0 +1,264 @@
+"""tune=True against the default and against the best of an exhaustive grid (issue 32).
+
+Four workloads: an MLP from arrays, a conv net from arrays, a ``tf.data.Dataset`` with a slow
+sequential map, and the demo's model (``tfgpu.demo.build_model``) on arrays of its images' shape.
+For each, in one process:
+
+- the grid: every configuration of the tuner's knobs (steps per call 1, 4, 16, 64, 256 x input
+  as given / tuned x XLA off / on), each timed over the same number of steps through the
+  Trainer's execution (``train.timing``, what the tuner itself uses); its best, and the seconds
+  the grid took;
+- the tuner: ``tfgpu.fit(..., tune=True)`` from a fresh cache, its choice, and the seconds it took;
+- then the default (tfgpu's own: one call per log window) and the tuned choice timed side by side
+  in interleaved rounds (``_common.interleaved_rates``).
+
+Goals: tuned >= 0.95x the grid's best; tuning <= 25% of the grid's time. Run in several processes
+(these CPUs are bimodal per process): ``make bench-tune`` or
+``.venv/bin/python bench/tune_bench.py [--processes 3] [--pin]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+GRID_STEPS = (1, 4, 16, 64, 256)
+
+
+def slow_map(i: Any) -> Any:
+    import tensorflow as tf
+
+    m = tf.fill([32, 32], tf.cast(i % 7, tf.float32) / 7.0 + 0.5)
+    for _ in range(40):
+        m = tf.tanh(tf.matmul(m, m) / 32.0)
+    x = tf.reshape(m[:8, :1], [8])
+    return x, tf.cast(tf.reduce_sum(x) > 0, tf.int64)
+
+
+def workloads() -> dict[str, tuple[Any, Any]]:
+    """name -> (make_model, data: (x, y) arrays or a tf.data.Dataset); batch inside."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfgpu.demo import SIZE, build_model
+
+    rng = np.random.default_rng(0)
+
+    def mlp() -> Any:
+        return keras.Sequential(
+            [keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
+        )
+
+    def conv() -> Any:
+        return keras.Sequential(
+            [
+                keras.Input((32, 32, 3)),
+                keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
+                keras.layers.MaxPooling2D(),
+                keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(10),
+            ]
+        )
+
+    def small() -> Any:
+        return keras.Sequential(
+            [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)]
+        )
+
+    return {
+        "mlp, arrays, batch 16": (
+            mlp,
+            (rng.normal(size=(8192, 32)).astype("float32"), rng.integers(0, 10, 8192)),
+            16,
+        ),
+        "conv net, arrays, batch 32": (
+            conv,
+            (rng.normal(size=(1024, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 1024)),
+            32,
+        ),
+        "dataset with a slow map, batch 32": (
+            small,
+            tf.data.Dataset.range(32 * 256).map(slow_map).batch(32),
+            None,
+        ),
+        "demo model, arrays, batch 32": (
+            build_model,
+            (rng.integers(0, 255, size=(1024, SIZE, SIZE, 3)).astype("uint8"), rng.integers(0, 4, 1024)),
+            32,
+        ),
+    }
+
+
+def compiled(make: Any) -> Any:
+    import keras
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(0)
+    with tf.distribute.OneDeviceStrategy("/cpu:0").scope():
+        model = make()
+        model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model
+
+
+def trainer_for(model: Any, data: Any, batch: int | None) -> Any:
+    """A Trainer of the model on the data, as tfgpu.fit builds it (its execution is what is timed)."""
+    import tensorflow as tf
+
+    from tfgpu.train import Task, Trainer
+
+    is_dataset = isinstance(data, tf.data.Dataset)
+    task = Task(
+        model=lambda: model,
+        train_data=data if is_dataset else tuple(data),
+        batch_size=batch or 1,
+        shuffle=False,
+    )
+    return Trainer(task, strategy=tf.distribute.get_strategy(), monitor_gpus=False)
+
+
+def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[dict[str, float], float]:
+    """examples/s of every configuration, and the seconds the grid took."""
+    from tfgpu.train import timing, tuning
+
+    trainer = trainer_for(model, data, batch)
+    source = trainer._inputs["train"]
+    bench = tuning.Bench(
+        iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
+        execution=lambda c: trainer._execution_with(jit_compile=c.jit_compile),
+        max_steps=source.steps_per_epoch,
+    )
+    rows = trainer.global_batch
+    rates, started = {}, time.perf_counter()
+    with timing.restored(trainer.model):
+        for k, tuned_input, xla in itertools.product(GRID_STEPS, (False, True), (False, True)):
+            config = tuning.Config(k, tuned_input, xla)
+            try:
+                rates[config.label()] = bench.rate(config, max(k, examples // rows))[0]
+            except Exception as exc:  # XLA refuses the model: not a configuration
+                rates[config.label()] = 0.0
+                print(f"{config.label()}: {type(exc).__name__}", file=sys.stderr)
+    return rates, time.perf_counter() - started
+
+
+def one_process(cpu: int | None) -> dict[str, Any]:
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ["TFGPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfgpu-tune-bench-")
+    sys.path.insert(0, os.path.dirname(__file__))
+    import tensorflow as tf
+
+    import tfgpu
+    from _common import interleaved_rates
+
+    out = {}
+    for name, (make, data, batch) in workloads().items():
+        rates, grid_s = grid(compiled(make), data, batch, examples=8192)
+        args = (data,) if isinstance(data, tf.data.Dataset) else tuple(data)
+        started = time.perf_counter()
+        history = tfgpu.fit(
+            compiled(make), *args, batch_size=batch, epochs=1, verbose=0, shuffle=False, tune=True
+        )
+        tuned = history.train_result.tuning
+        tune_s = time.perf_counter() - started
+
+        def epoch(options: dict[str, Any], make: Any = make, args: Any = args, batch: Any = batch) -> int:
+            result = tfgpu.fit(
+                compiled(make), *args, batch_size=batch, epochs=1, verbose=0, shuffle=False, **options
+            )
+            return result.train_result.steps * result.train_result.global_batch
+
+        chosen = tuned["choices"]
+        timed = interleaved_rates(
+            {
+                "default": lambda: epoch({}),
+                "tuned": lambda: epoch({"tune": True}),  # the kept choice: no measuring again
+            },
+            rounds=3,
+        )
+        out[name] = {
+            "grid": rates,
+            "grid_s": grid_s,
+            "grid_best": max(rates.values()),
+            "grid_best_config": max(rates, key=rates.get),
+            "tune_s": tune_s,
+            "tuned_in_s": tuned["seconds"],
+            "choices": chosen,
+            "summary": tuned["summary"],
+            "default": timed["default"]["median"],
+            "tuned": timed["tuned"]["median"],
+            "tuned_in_grid": rates.get(tfgpu_label(chosen), 0.0),
+        }
+    return out
+
+
+def tfgpu_label(choices: dict[str, Any]) -> str:
+    from tfgpu.train import tuning
+
+    return tuning.Config(
+        int(choices.get("steps_per_execution", 100)),
+        bool(choices.get("input")),
+        bool(choices.get("jit_compile")),
+    ).label()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--pin", action="store_true")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=1, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(one_process(args.cpu)))
+        return
+    sys.path.insert(0, os.path.dirname(__file__))
+    from _common import child_processes, save, table
+
+    runs = child_processes(__file__, processes=args.processes, rounds=1, pin=args.pin)
+    rows = []
+    for name in runs[0]:
+        per = [run[name] for run in runs]
+
+        def med(key: str, per: list[dict[str, Any]] = per) -> float:
+            return statistics.median(p[key] for p in per)
+
+        vs_grid = statistics.median(p["tuned_in_grid"] / p["grid_best"] for p in per)
+        rows.append(
+            {
+                "workload": name,
+                "default ex/s": med("default"),
+                "tuned ex/s": med("tuned"),
+                "tuned / default": statistics.median(p["tuned"] / p["default"] for p in per),
+                "tuned / grid best (grid timing)": vs_grid,
+                "tuning s": med("tuned_in_s"),
+                "grid s": med("grid_s"),
+                "tuning / grid time": statistics.median(p["tuned_in_s"] / p["grid_s"] for p in per),
+                "choices (process 1)": per[0]["summary"].split(": ", 1)[-1],
+                "grid best (process 1)": per[0]["grid_best_config"],
+            }
+        )
+    columns = list(rows[0])
+    print(
+        table(
+            f"tune=True vs tfgpu's default and the best of the grid (median of {args.processes} processes"
+            f"{', each on one core' if args.pin else ''}; CPU)",
+            rows,
+            columns,
+        )
+    )
+    print(f"\nwrote {save('tune_bench', {'rows': rows, 'raw': runs})}")
+
+
+if __name__ == "__main__":
+    main()
