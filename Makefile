@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory clean
+.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,7 +68,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests tests_estimator bench examples
 	$(BIN)/ruff format src tests tests_estimator bench examples
 
-bench: bench-data bench-train bench-fit bench-memory bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
+bench: bench-data bench-train bench-fit bench-memory bench-tune bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
 
 bench-data: $(STAMP)
 	cd bench && ../$(BIN)/python data_bench.py
@@ -81,6 +81,9 @@ bench-fit: $(STAMP)
 
 bench-memory: $(STAMP)
 	cd bench && ../$(BIN)/python memory_bench.py --pin
+
+bench-tune: $(STAMP)
+	cd bench && ../$(BIN)/python tune_bench.py --pin
 
 bench-predict: $(STAMP)
 	cd bench && ../$(BIN)/python predict_bench.py

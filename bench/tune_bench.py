@@ -156,9 +156,9 @@ def one_process(cpu: int | None) -> dict[str, Any]:
     os.environ["TFGPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfgpu-tune-bench-")
     sys.path.insert(0, os.path.dirname(__file__))
     import tensorflow as tf
+    from _common import interleaved_rates
 
     import tfgpu
-    from _common import interleaved_rates
 
     out = {}
     for name, (make, data, batch) in workloads().items():
