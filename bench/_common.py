@@ -36,6 +36,28 @@ def interleaved_rates(
     }
 
 
+def parent_or_child(
+    one_process: Callable[..., Any], *, processes: int, rounds: int
+) -> tuple[Any, list[Any]] | None:
+    """A bench's command line: ``--processes N --rounds R --pin``. In a child (``--child``), run
+    ``one_process(rounds, cpu=...)``, print its figures and return None; in the parent, return
+    (args, each child's figures) from ``child_processes``."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--processes", type=int, default=processes)
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--pin", action="store_true", help="run each process on one core (alternating)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(one_process(args.rounds, cpu=args.cpu)))
+        return None
+    script = sys.modules["__main__"].__file__
+    return args, child_processes(script, processes=args.processes, rounds=args.rounds, pin=args.pin)
+
+
 def child_processes(script: str, *, processes: int, rounds: int, pin: bool) -> list[Any]:
     """Run ``script --child --rounds R [--cpu C]`` in ``processes`` fresh processes, one after
     another (each on one core, alternating, when ``pin``); each prints its figures as the last

@@ -23,8 +23,6 @@ Run: make bench-fit   (or .venv/bin/python bench/fit_bench.py [--processes 4] [-
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -85,20 +83,13 @@ def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, list[float]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--processes", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--pin", action="store_true", help="run each process on one core (alternating)")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(one_process(args.rounds, cpu=args.cpu)))
-        return
     sys.path.insert(0, os.path.dirname(__file__))
-    from _common import child_processes, save, table
+    from _common import parent_or_child, save, table
 
-    runs = child_processes(__file__, processes=args.processes, rounds=args.rounds, pin=args.pin)
+    started = parent_or_child(one_process, processes=4, rounds=5)
+    if started is None:
+        return
+    args, runs = started
     names = list(runs[0])
     rows = []
     for name in names:

@@ -19,8 +19,6 @@ Run: make bench-memory   (or .venv/bin/python bench/memory_bench.py [--processes
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import sys
@@ -114,20 +112,13 @@ def estimates() -> dict[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--processes", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pin", action="store_true", help="run each process on one core (alternating)")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(one_process(args.rounds, cpu=args.cpu)))
-        return
     sys.path.insert(0, os.path.dirname(__file__))
-    from _common import child_processes, save, table
+    from _common import parent_or_child, save, table
 
-    results = child_processes(__file__, processes=args.processes, rounds=args.rounds, pin=args.pin)
+    started = parent_or_child(one_process, processes=3, rounds=3)
+    if started is None:
+        return
+    args, results = started
     on_gpu = results[0]["gpu"]
     estimated = {} if on_gpu else estimates()
     rows = []

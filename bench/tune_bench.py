@@ -1,6 +1,6 @@
 """tune=True against the default and against the best of an exhaustive grid (issue 32).
 
-Four workloads: an MLP from arrays, a conv net from arrays, a ``tf.data.Dataset`` with a slow
+Four workloads: fit_bench's MLP (Keras's multi-GPU guide) and conv net from arrays, a ``tf.data.Dataset`` with a slow
 sequential map, and the demo's model (``tfgpu.demo.build_model``) on arrays of its images' shape.
 For each, in one process:
 
@@ -19,9 +19,7 @@ Goals: tuned >= 0.95x the grid's best; tuning <= 25% of the grid's time. Run in 
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import os
 import statistics
 import sys
@@ -47,27 +45,11 @@ def workloads() -> dict[str, tuple[Any, Any]]:
     import keras
     import numpy as np
     import tensorflow as tf
+    from fit_bench import build
 
     from tfgpu.demo import SIZE, build_model
 
     rng = np.random.default_rng(0)
-
-    def mlp() -> Any:
-        return keras.Sequential(
-            [keras.Input((32,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
-        )
-
-    def conv() -> Any:
-        return keras.Sequential(
-            [
-                keras.Input((32, 32, 3)),
-                keras.layers.Conv2D(16, 3, padding="same", activation="relu"),
-                keras.layers.MaxPooling2D(),
-                keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
-                keras.layers.GlobalAveragePooling2D(),
-                keras.layers.Dense(10),
-            ]
-        )
 
     def small() -> Any:
         return keras.Sequential(
@@ -75,13 +57,13 @@ def workloads() -> dict[str, tuple[Any, Any]]:
         )
 
     return {
-        "mlp, arrays, batch 16": (
-            mlp,
-            (rng.normal(size=(8192, 32)).astype("float32"), rng.integers(0, 10, 8192)),
+        "guide mlp, arrays, batch 16": (
+            lambda: build("guide mlp"),
+            (rng.normal(size=(8192, 784)).astype("float32"), rng.integers(0, 10, 8192)),
             16,
         ),
         "conv net, arrays, batch 32": (
-            conv,
+            lambda: build("conv"),
             (rng.normal(size=(1024, 32, 32, 3)).astype("float32"), rng.integers(0, 10, 1024)),
             32,
         ),
@@ -149,7 +131,7 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     return rates, time.perf_counter() - started
 
 
-def one_process(cpu: int | None) -> dict[str, Any]:
+def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, Any]:
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -183,7 +165,7 @@ def one_process(cpu: int | None) -> dict[str, Any]:
                 "default": lambda: epoch({}),
                 "tuned": lambda: epoch({"tune": True}),  # the kept choice: no measuring again
             },
-            rounds=3,
+            rounds=max(3, rounds),
         )
         out[name] = {
             "grid": rates,
@@ -212,20 +194,13 @@ def tfgpu_label(choices: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--processes", type=int, default=3)
-    parser.add_argument("--pin", action="store_true")
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--cpu", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--rounds", type=int, default=1, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(one_process(args.cpu)))
-        return
     sys.path.insert(0, os.path.dirname(__file__))
-    from _common import child_processes, save, table
+    from _common import parent_or_child, save, table
 
-    runs = child_processes(__file__, processes=args.processes, rounds=1, pin=args.pin)
+    started = parent_or_child(one_process, processes=3, rounds=1)
+    if started is None:
+        return
+    args, runs = started
     rows = []
     for name in runs[0]:
         per = [run[name] for run in runs]
