@@ -12,8 +12,10 @@ its call in ``backend.core.remat`` = ``tf.recompute_grad``. Two things break on 
 
 ``install()`` replaces the backend's ``remat`` with one that passes only tensors positionally
 (the rest closed over) and runs the recomputation in a ``StatelessScope`` holding the layer's
-non-trainable state as it was before the forward pass: assignments go nowhere, the seeds are the
-forward pass's, the weights equal those trained without remat.
+seed states as they were before the forward pass: its writes (a BatchNormalization's statistics,
+the seeds moving on) go nowhere, its masks are the forward pass's, and the weights equal those
+trained without remat. (Holding the statistics too, read before the forward pass's update, made
+2 replicas differ now and then: only the seeds are read back.)
 
 ``for_run(model, remat)`` turns remat on for a model built without it, for one run: ``"full"``
 (every layer), ``"activations"`` (each layer's activation function) or ``"largest"`` (the layers
@@ -77,7 +79,7 @@ def remat(f: Any) -> Any:
 
         flat = tf.nest.flatten((args, kwargs))
         where = [i for i, value in enumerate(flat) if tf.is_tensor(value)]
-        state = list(getattr(owner, "non_trainable_variables", None) or [])
+        state = _seeds(owner)
         before = [tf.identity(v.value) for v in state]
         calls: list[int] = []
 
@@ -86,7 +88,7 @@ def remat(f: Any) -> Any:
             for i, tensor in zip(where, tensors, strict=True):
                 values[i] = tensor
             a, k = tf.nest.pack_sequence_as((args, kwargs), values)
-            if calls and state:  # the recomputation: the forward pass's state, nothing written
+            if calls and owner is not None:  # the recomputation: the forward's seeds, nothing written
                 with backend.StatelessScope(state_mapping=list(zip(state, before, strict=True))):
                     return f(*a, **k)
             calls.append(1)
@@ -95,6 +97,19 @@ def remat(f: Any) -> Any:
         return tf.recompute_grad(positional)(*[flat[i] for i in where])
 
     return wrapped
+
+
+def _seeds(owner: Any) -> list[Any]:
+    """The seed generators' states of ``owner`` (a layer) and its layers: what the recomputation
+    must read as the forward pass did (a Dropout's mask). Other state (a BatchNormalization's
+    statistics) is only written, and the recomputation's writes are dropped."""
+    if owner is None or not hasattr(owner, "_flatten_layers"):
+        return []
+    return [
+        generator.state
+        for layer in owner._flatten_layers(include_self=True)
+        for generator in getattr(layer, "_seed_generators", [])
+    ]
 
 
 def uses_remat(model: Any) -> bool:
