@@ -188,13 +188,13 @@ def test_bad_tuning_is_one_message():
 
 
 def heavy_element(i):
-    """A Python-free map of 60 small matrix products per element: the pipeline, run sequentially,
-    is several times the tiny model's step."""
+    """A Python-free map of 30 small matrix products per element (small enough that each runs on
+    one core): the pipeline, run sequentially, is several times the tiny model's step."""
     import tensorflow as tf
 
-    m = tf.fill([32, 32], tf.cast(i % 7, tf.float32) / 7.0 + 0.5)
-    for _ in range(60):
-        m = tf.tanh(tf.matmul(m, m) / 32.0)
+    m = tf.fill([24, 24], tf.cast(i % 7, tf.float32) / 7.0 + 0.5)
+    for _ in range(30):
+        m = tf.tanh(tf.matmul(m, m) / 24.0)
     x = tf.reshape(m[:8, :1], [8])
     return x, tf.reduce_sum(x, keepdims=True)
 
@@ -205,12 +205,16 @@ def test_a_slow_sequential_map_gets_its_input_tuned(tmp_path, monkeypatch):
     import tensorflow as tf
 
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
-    dataset = tf.data.Dataset.range(32 * 200).map(heavy_element).batch(32)
+    # TensorFlow parallelizes a stateless map by default (map_parallelization); this pipeline was
+    # built with it off, so its map runs on one core: about 12,500 examples/s here, 18,800 parallel
+    sequential = tf.data.Options()
+    sequential.experimental_optimization.map_parallelization = False
+    dataset = tf.data.Dataset.range(32 * 200).map(heavy_element).batch(32).with_options(sequential)
     history = tfgpu.fit(
         in_scope(local_strategy(1), model), dataset, verbose=0, tune=("input",), tune_budget_s=6
     )
     found = history.train_result.tuning
-    assert found["choices"] == {"input": True}, found["trials"][0]
+    assert found["choices"] == {"input": True}, str(found["trials"][0])
     assert found["gains"]["input"] >= 1.03
 
 
@@ -257,7 +261,9 @@ def test_tfgpu_train_tune(tmp_path):
     done = train("--tune", "steps_per_execution,input", "--tune-budget", "2", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     first = json.loads(done.stdout)["tuning"]
-    assert set(first["choices"]) == {"steps_per_execution", "input"} and first["trials"]
+    assert "steps_per_execution" in first["choices"] and first["trials"]
+    # a knob the 2 s budget did not reach is named, not silently left out
+    assert "input" in first["choices"] or any("input not tried" in n for n in first["notes"])
     again = train("--tune", "steps_per_execution,input")
     assert again.returncode == 0, again.stderr[-2000:]
     assert "tfgpu kept the tuning from" in again.stdout

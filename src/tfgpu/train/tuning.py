@@ -201,6 +201,8 @@ class Bench:
         iterator, execute = self.iterator(config), self.execution(config)
         timing.run(execute, iterator, steps=k, per_call=k)
         seconds, _, outputs = timing.run(execute, iterator, steps=steps, per_call=k)
+        if not timing.examples(outputs):  # the data ended in the untimed call: time a fresh pass
+            seconds, _, outputs = timing.run(execute, self.iterator(config), steps=steps, per_call=k)
         logs = outputs[-1]["logs"]
         loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
         return timing.examples(outputs) / max(seconds, 1e-9), loss
@@ -238,6 +240,7 @@ class Tuner:
         """Examples per measurement: the budget over the measurements to come."""
         k = self.default.steps_per_execution
         rate, _ = self.bench.rate(self.default, k)
+        rate = max(rate, 1e-9)
         estimated = self.run_steps * self.batch / rate if self.run_steps else None
         self.budget_s = budget(self.options, estimated_run_s=estimated)
         measurements = 2 * ROUNDS * (len(STEPS) + 3)
