@@ -5,7 +5,7 @@ sequential map, and the demo's model (``tfgpu.demo.build_model``) on arrays of i
 For each, in one process:
 
 - the grid: every configuration of the tuner's knobs (steps per call 1, 4, 16, 64, 256 x input
-  as given / tuned x XLA off / on), each timed over the same number of steps through the
+  as given / tuned x XLA off / on), each timed three times (the median) over the same number of steps through the
   Trainer's execution (``train.timing``, what the tuner itself uses); its best, and the seconds
   the grid took;
 - the tuner: ``tfgpu.fit(..., tune=True)`` from a fresh cache, its choice, and the seconds it took;
@@ -104,7 +104,9 @@ def trainer_for(model: Any, data: Any, batch: int | None) -> Any:
         batch_size=batch or 1,
         shuffle=False,
     )
-    return Trainer(task, strategy=tf.distribute.get_strategy(), monitor_gpus=False)
+    from tfgpu.train.model import owner
+
+    return Trainer(task, strategy=owner(model) or tf.distribute.get_strategy(), monitor_gpus=False)
 
 
 def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[dict[str, float], float]:
@@ -123,8 +125,10 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     with timing.restored(trainer.model):
         for k, tuned_input, xla in itertools.product(GRID_STEPS, (False, True), (False, True)):
             config = tuning.Config(k, tuned_input, xla)
-            try:
-                rates[config.label()] = bench.rate(config, max(k, examples // rows))[0]
+            try:  # three measurements each, as the tuner's paired rounds make three of each side
+                rates[config.label()] = statistics.median(
+                    bench.rate(config, max(k, examples // rows))[0] for _ in range(3)
+                )
             except Exception as exc:  # XLA refuses the model: not a configuration
                 rates[config.label()] = 0.0
                 print(f"{config.label()}: {type(exc).__name__}", file=sys.stderr)
