@@ -353,21 +353,24 @@ def _gpus() -> list[str]:
 
 
 def _capacities(gpus: list[str]) -> dict[str, int]:
-    """Each visible GPU's memory for a step: its ``tfgpu.configure`` cap, else its total (NVML)."""
+    """Each visible GPU's memory for a step: its ``tfgpu.configure`` cap, else its total (NVML,
+    in the order CUDA_VISIBLE_DEVICES gives TensorFlow the GPUs)."""
+    import os
+
     import tensorflow as tf
 
     from tfgpu import nvml
 
-    physical = tf.config.list_physical_devices("GPU")
-    totals = {g.index: int(g.memory_total_mb * 2**20) for g in nvml.probe().gpus}
+    seen = nvml.visible(nvml.probe(), os.environ.get("CUDA_VISIBLE_DEVICES"))
     out: dict[str, int] = {}
-    for index, device in enumerate(physical):
-        caps = tf.config.get_logical_device_configuration(device) or []
-        limits = [c.memory_limit for c in caps if getattr(c, "memory_limit", None)]
-        for k, name in enumerate(gpus[len(out) : len(out) + max(1, len(caps))]):
-            total = limits[k] * 2**20 if k < len(limits) else totals.get(index, 0)
-            if total:
-                out[name] = total
+    names = iter(gpus)
+    for index, device in enumerate(tf.config.list_physical_devices("GPU")):
+        caps = tf.config.get_logical_device_configuration(device) or [None]
+        total = int(seen[index].memory_total_mb * 2**20) if index < len(seen) else 0
+        for cap, name in zip(caps, names, strict=False):
+            limit = getattr(cap, "memory_limit", None)
+            if limit or total:
+                out[name] = int(limit) * 2**20 if limit else total
     return out
 
 
