@@ -9,6 +9,14 @@ import numpy as np
 ROWS = 960  # 768 training rows after validation_split=0.2: 16 batches of 48
 
 
+def linear_data(rows: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """8 normal features and a linear target: the small regression the big-model and tuning
+    tests train (their weights are compared, so the rows and seed are theirs)."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, 8)).astype("float32")
+    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+
+
 def binary_data(rows: int = ROWS) -> tuple[np.ndarray, np.ndarray]:
     """The most common classifier's data: labels of shape (N,), a sigmoid output of shape (N, 1)."""
     rng = np.random.default_rng(0)

@@ -5,11 +5,11 @@ to the weights of Keras's fit on one device."""
 from __future__ import annotations
 
 import keras
-import numpy as np
 import pytest
 
 import tfgpu
 from conftest import local_strategy
+from fit_models import linear_data
 from test_fit import in_scope, same_history, same_weights
 from tfgpu.errors import ConfigError
 
@@ -22,9 +22,7 @@ OPTIMIZERS = {
 
 
 def data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(192, 8)).astype("float32")
-    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+    return linear_data(192)
 
 
 def model(optimizer):

@@ -11,14 +11,13 @@ import pytest
 
 import tfgpu
 from conftest import local_strategy
+from fit_models import linear_data
 from test_fit import in_scope, same_weights
 from tfgpu.errors import ConfigError
 
 
 def data():
-    rng = np.random.default_rng(1)
-    x = rng.normal(size=(96, 8)).astype("float32")
-    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+    return linear_data(96, seed=1)
 
 
 def model(scope=None):

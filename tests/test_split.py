@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 
 import tfgpu
+from fit_models import linear_data
 from test_fit import same_history, same_weights
 from tfgpu.errors import ConfigError
 
 
 def data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(96, 8)).astype("float32")
-    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+    return linear_data(96)
 
 
 def model():

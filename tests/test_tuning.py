@@ -12,6 +12,7 @@ import pytest
 
 import tfgpu
 from conftest import local_strategy
+from fit_models import linear_data
 from test_fit import in_scope, same_weights
 from tfgpu.errors import ConfigError
 from tfgpu.train import tuning
@@ -87,9 +88,7 @@ def test_steps_the_user_fixed_are_not_tuned():
 
 
 def data():
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(512, 8)).astype("float32")
-    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+    return linear_data(512)
 
 
 def model(extra=False):
