@@ -290,8 +290,9 @@ def test_the_parameter_server_tutorial_in_process_with_a_cluster_resolver(kind):
     )
     np.testing.assert_allclose(result["predicted"], reference.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
     last = reference.evaluate(x[:100], y[:100], verbose=0, return_dict=True)
+    # the loss is ~2e-6 by then: float32 sums in another order differ by 2e-5 of it (seen once)
     assert {k: v[-1] for k, v in result["validated"].items() if k.startswith("val_")} == pytest.approx(
-        {f"val_{k}": v for k, v in last.items()}, rel=1e-5
+        {f"val_{k}": v for k, v in last.items()}, rel=1e-4
     )
 
 

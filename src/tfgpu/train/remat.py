@@ -15,7 +15,8 @@ its call in ``backend.core.remat`` = ``tf.recompute_grad``. Two things break on 
 seed states as they were before the forward pass: its writes (a BatchNormalization's statistics,
 the seeds moving on) go nowhere, its masks are the forward pass's, and the weights equal those
 trained without remat. (Holding the statistics too, read before the forward pass's update, made
-2 replicas differ now and then: only the seeds are read back.)
+2 replicas differ now and then: only the seeds are read back; and on several replicas a layer
+with statistics is not recomputed at all, see ``for_run``.)
 
 ``for_run(model, remat)`` turns remat on for a model built without it, for one run: ``"full"``
 (every layer), ``"activations"`` (each layer's activation function) or ``"largest"`` (the layers
@@ -131,28 +132,54 @@ def copy_modes(model: Any, clone: Any) -> None:
 
 
 @contextlib.contextmanager
-def for_run(model: Any, mode: str | None) -> Iterator[None]:
+def for_run(model: Any, mode: str | None, *, replicas: int = 1) -> Iterator[None]:
     """Remat on ``model``'s layers in ``mode`` for the ``with`` block, restored after; installs
-    the working ``remat`` whenever the model uses remat at all."""
-    if mode is None:
-        install_for(model)
-        yield
-        return
-    install()
-    layers = _leaves(model)
-    chosen = _choose(model, layers, mode)
-    saved = {id(layer): getattr(layer, "_remat_mode", None) for layer in layers}
-    from keras.src.backend.common.remat import RematMode
+    the working ``remat`` whenever the model uses remat at all. On several replicas a layer that
+    keeps statistics (a BatchNormalization, or a block holding one) is not recomputed: its
+    statistics are mirrored, and recomputing it there trained to other weights now and then
+    (0.02 apart, one run in several, under load), so its activations are kept; said once."""
+    everything = list(model._flatten_layers(include_self=True))
+    saved = {id(layer): getattr(layer, "_remat_mode", None) for layer in everything}
+    if mode is not None:
+        install()
+        layers = _leaves(model)
+        chosen = _choose(model, layers, mode)
+        from keras.src.backend.common.remat import RematMode
 
-    keras_mode = "activations" if mode == "activations" else "full"
-    for layer in chosen:
-        _set(layer, RematMode(keras_mode, 0, []))
-    choices.record("remat", mode, f"{len(chosen)} of {len(layers)} layers recomputed in the backward pass")
+        keras_mode = "activations" if mode == "activations" else "full"
+        for layer in chosen:
+            _set(layer, RematMode(keras_mode, 0, []))
+        choices.record(
+            "remat", mode, f"{len(chosen)} of {len(layers)} layers recomputed in the backward pass"
+        )
+    else:
+        install_for(model)
+    kept = _keep_statistics(everything) if replicas > 1 else []
+    if kept:
+        choices.record(
+            "remat.kept",
+            ", ".join(layer.name for layer in kept),
+            "layers with mirrored statistics are not recomputed on several replicas",
+        )
     try:
         yield
     finally:
-        for layer in layers:
+        for layer in everything:
             _set(layer, saved[id(layer)])
+
+
+def _keep_statistics(layers: list[Any]) -> list[Any]:
+    """Clear the remat mode of the layers (or blocks) holding statistics; return them."""
+    kept = []
+    for layer in layers:
+        mode = getattr(layer, "_remat_mode", None)
+        if mode is None or mode.mode == "activations":
+            continue
+        seeds = {id(v) for v in _seeds(layer)}
+        if any(id(v) not in seeds for v in layer.non_trainable_variables):
+            _set(layer, None)
+            kept.append(layer)
+    return kept
 
 
 def _set(layer: Any, mode: Any) -> None:
