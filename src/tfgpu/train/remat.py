@@ -134,10 +134,11 @@ def copy_modes(model: Any, clone: Any) -> None:
 @contextlib.contextmanager
 def for_run(model: Any, mode: str | None, *, replicas: int = 1) -> Iterator[None]:
     """Remat on ``model``'s layers in ``mode`` for the ``with`` block, restored after; installs
-    the working ``remat`` whenever the model uses remat at all. On several replicas a layer that
-    keeps statistics (a BatchNormalization, or a block holding one) is not recomputed: its
-    statistics are mirrored, and recomputing it there trained to other weights now and then
-    (0.02 apart, one run in several, under load), so its activations are kept; said once."""
+    the working ``remat`` whenever the model uses remat at all. On several replicas a model that
+    keeps state anywhere (a BatchNormalization's statistics, a Dropout's seed) is not recomputed:
+    recomputing its layers there trained to other weights now and then (0.02-0.15 apart, one run
+    in several, under load; stateful layers kept whole did not stop it), so its activations are
+    kept; said once. A model without state is recomputed on every replica."""
     everything = list(model._flatten_layers(include_self=True))
     saved = {id(layer): getattr(layer, "_remat_mode", None) for layer in everything}
     if mode is not None:
@@ -159,7 +160,7 @@ def for_run(model: Any, mode: str | None, *, replicas: int = 1) -> Iterator[None
         choices.record(
             "remat.kept",
             ", ".join(layer.name for layer in kept),
-            "layers with mirrored statistics are not recomputed on several replicas",
+            "a model with state (statistics, seeds) is not recomputed on several replicas yet",
         )
     try:
         yield
@@ -169,16 +170,13 @@ def for_run(model: Any, mode: str | None, *, replicas: int = 1) -> Iterator[None
 
 
 def _keep_statistics(layers: list[Any]) -> list[Any]:
-    """Clear the remat mode of the layers (or blocks) holding statistics; return them."""
-    kept = []
-    for layer in layers:
-        mode = getattr(layer, "_remat_mode", None)
-        if mode is None or mode.mode == "activations":
-            continue
-        seeds = {id(v) for v in _seeds(layer)}
-        if any(id(v) not in seeds for v in layer.non_trainable_variables):
-            _set(layer, None)
-            kept.append(layer)
+    """On several replicas, a model holding state (statistics, seeds) anywhere is not recomputed
+    at all: clear every layer's remat mode; return the layers that had one."""
+    if not any(layer.non_trainable_variables for layer in layers):
+        return []
+    kept = [layer for layer in layers if getattr(layer, "_remat_mode", None) is not None]
+    for layer in kept:
+        _set(layer, None)
     return kept
 
 
