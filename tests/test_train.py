@@ -168,7 +168,7 @@ def test_checkpoints_kept_and_resumed(tmp_path, single):
 def test_out_of_memory_names_the_batch_size(monkeypatch):
     trainer = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False)
 
-    def explode():
+    def explode(jit_compile):
         def run(iterator, limit):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution
+from tfgpu.train import execution, timing
 from tfgpu.train import model as model_setup
 from tfgpu.train.windows import pythonify
 
@@ -35,15 +35,11 @@ class Evaluator:
     function is built once. The model's state is built under the strategy that owns it."""
 
     def __init__(self, strategy: Any, model: Any) -> None:
-        import tensorflow as tf
-
         self.owner = strategy
         strategy = evaluation_strategy(strategy)
         self.strategy, self.model = strategy, model
         self._rows = execution.example_counter(strategy)
         self._run = execution.eval_execution(strategy, model, self._rows)
-        self._limits: dict[int, Any] = {}
-        self._tf = tf
 
     def __call__(self, source: Any, *, limit: int | None = None, callbacks: Any = None) -> dict[str, Any]:
         """{"examples": n, **the model's logs} over up to ``limit`` batches of ``source`` (an Input)."""
@@ -53,7 +49,7 @@ class Evaluator:
         self.model.reset_metrics()
         self._rows.assign(0.0)
         iterator, _ = source.iterator(0)
-        out = self._run(iterator, self._constant(limit or ALL))
+        out = self._run(iterator, timing.limit(limit or ALL))
         logs = pythonify(out["logs"])
         if callbacks is not None:
             steps = int(out["steps"])
@@ -62,11 +58,6 @@ class Evaluator:
                 callbacks.on_test_batch_end(steps - 1, logs)
             callbacks.on_test_end(logs)
         return {"examples": float(out["examples"]), **logs}
-
-    def _constant(self, value: int) -> Any:
-        if value not in self._limits:  # a Python int argument would retrace per value
-            self._limits[value] = self._tf.constant(value, self._tf.int32)
-        return self._limits[value]
 
 
 def evaluator_for(strategy: Any, model: Any) -> Evaluator:

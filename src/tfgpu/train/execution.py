@@ -184,7 +184,7 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
-    if model.optimizer is not None and (_several_replicas(strategy) or _parameter_servers(strategy)):
+    if model.optimizer is not None and _replicated(strategy):
         accumulation.enable(model.optimizer)  # Keras's own fails there (keras-team/keras#20582)
     step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
     step_logs = StepLogs(strategy, model)
@@ -212,18 +212,15 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
     return execute
 
 
-def _several_replicas(strategy: Any) -> bool:
+def _replicated(strategy: Any) -> bool:
+    """Several replicas or workers, or parameter servers: where Keras's accumulating optimizer fails."""
     from tfgpu import distribute
 
-    if distribute.is_parameter_server(strategy):
-        return False
-    return strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)
-
-
-def _parameter_servers(strategy: Any) -> bool:
-    from tfgpu import distribute
-
-    return distribute.is_parameter_server(strategy)
+    return (
+        distribute.is_parameter_server(strategy)
+        or strategy.num_replicas_in_sync > 1
+        or distribute.spans_workers(strategy)
+    )
 
 
 def skip_batches() -> Callable[[Any, Any], Any]:

@@ -156,10 +156,11 @@ def memory(
         raise ConfigError(
             "measure=True needs a GPU, and none is visible", value=measure, fix="pass measure=None"
         )
+    inner = None  # what remat frees: estimated from the shapes only
     if measure:
         fixed_parts, per_example, how = _measured(model, batch_size, gpus[0])
     else:
-        fixed_parts, per_example, how = _estimated(model, precision)
+        fixed_parts, per_example, how, inner = _estimated(model, precision)
     footprint = Footprint(
         batch_size=batch_size,
         precision=precision or _policy(model),
@@ -171,7 +172,7 @@ def memory(
         how=how,
     )
     capacities = devices_bytes if devices_bytes is not None else _capacities(gpus)
-    return _with_fits(footprint, capacities, inner=_inner_bytes(model) if not measure else None)
+    return _with_fits(footprint, capacities, inner=inner)
 
 
 def _check(model: Any, batch_size: Any, precision: Any) -> None:
@@ -241,11 +242,9 @@ def _layer_outputs(model: Any) -> list[tuple[Any, int]]:
     """(leaf layer, bytes of its outputs for one example), from one forward pass."""
     import tensorflow as tf
 
-    leaves = [
-        layer
-        for layer in model._flatten_layers(include_self=False)
-        if not list(layer._flatten_layers(include_self=False))
-    ]
+    from tfgpu.train.model import leaf_layers
+
+    leaves = leaf_layers(model)
     seen: list[tuple[Any, int]] = []
     originals = {}
     for layer in leaves:
@@ -285,17 +284,16 @@ def _inner(layer: Any, out_bytes: int) -> int:
     return 0
 
 
-def _inner_bytes(model: Any) -> int:
-    return sum(_inner(layer, out) for layer, out in _layer_outputs(model))
-
-
-def _estimated(model: Any, precision: str | None) -> tuple[tuple[int, int, int], int, str]:
+def _estimated(model: Any, precision: str | None) -> tuple[tuple[int, int, int], int, str, int]:
+    """(fixed parts, bytes per example, how, of those the inner bytes remat frees), from one
+    forward pass of one example."""
     outputs = _layer_outputs(model)
-    per_example = sum(out + _inner(layer, out) for layer, out in outputs)
+    inner = sum(_inner(layer, out) for layer, out in outputs)
+    per_example = sum(out for _, out in outputs) + inner
     if precision in ("bf16", "fp16") and _policy(model) == "float32":
         per_example //= 2
     how = "from the model's shapes: no GPU to measure on; layer outputs and activation inputs kept for the backward pass"
-    return _fixed(model), per_example, how
+    return _fixed(model), per_example, how, inner
 
 
 def _measured(

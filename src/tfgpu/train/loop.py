@@ -164,7 +164,6 @@ class Trainer:
         self.resumed_from: str | None = None
         if self.options.checkpoint_dir:
             self._checkpointed()
-        self._limits: dict[int, Any] = {}
         self._warm = False  # the training function has run once (traced and instantiated)
         self._last: dict[str, Any] | None = None  # the last execution's accumulators
         self._tuning: Any = None  # what tune=True chose (tuning.Tuning), once per Trainer
@@ -202,21 +201,24 @@ class Trainer:
             direct=self._direct or local,
         )
 
-    def _function(self, name: str) -> Any:
+    def _function(self, name: str, *, jit_compile: bool | None = None) -> Any:
         """The compiled functions, built once per model, strategy and compiled state (a new
-        tf.function would retrace; a re-compiled model needs a new one, see ``execution.cached``)."""
-        key = (name, self.strategy, self.options.jit_compile)  # the object: a freed one's id is reused
-        return execution.cached(self.model, key, lambda: self._make_function(name))
+        tf.function would retrace; a re-compiled model needs a new one, see ``execution.cached``).
+        ``jit_compile``: the training step with or without XLA (default: the run's option; tuning
+        tries the other)."""
+        jit = self.options.jit_compile if jit_compile is None else jit_compile
+        key = (name, self.strategy, jit)  # the object: a freed one's id is reused
+        return execution.cached(self.model, key, lambda: self._make_function(name, jit))
 
-    def _make_function(self, name: str) -> Any:
+    def _make_function(self, name: str, jit_compile: bool) -> Any:
         if name == "skip":
             return execution.skip_batches()
         if name == "metrics":
             return execution.metrics_reader(self.model)
-        return self._execution()
+        return self._execution(jit_compile)
 
-    def _execution(self) -> Callable[[Any, Any], dict[str, Any]]:
-        return execution.train_execution(self.strategy, self.model, jit_compile=self.options.jit_compile)
+    def _execution(self, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:
+        return execution.train_execution(self.strategy, self.model, jit_compile=jit_compile)
 
     def _save(self, step: int) -> str | None:
         if self.checkpoints is None:
@@ -240,11 +242,9 @@ class Trainer:
         return min(left)
 
     def _constant(self, value: int) -> Any:
-        import tensorflow as tf
+        from tfgpu.train import timing
 
-        if value not in self._limits:  # a Python int argument would retrace per value
-            self._limits[value] = tf.constant(value, tf.int32)
-        return self._limits[value]
+        return timing.limit(value)  # a Python int argument would retrace per value
 
     def _at_boundary(self) -> bool:
         step = self._counters["step"]
@@ -307,15 +307,16 @@ class Trainer:
             knobs=options.knobs,
             batch=self.global_batch,
         )
+        key = tuning.key_of(parts)
         path = tuning.kept_path(
-            checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=tuning.key_of(parts)
+            checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=key
         )
         found, why = tuning.load(path, parts) if options.keep else (None, "")
         if found is None:
             per_epoch = source.steps_per_epoch or source.known_length()
             bench = tuning.Bench(
                 iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-                execution=lambda c: self._execution_with(jit_compile=c.jit_compile),
+                execution=lambda c: self._function("train", jit_compile=c.jit_compile),
                 max_steps=per_epoch,
             )
             tuner = tuning.Tuner(
@@ -334,9 +335,7 @@ class Trainer:
             with timing.restored(self.model):
                 _, chosen, gains = tuner.run()
             notes = ([why] if why else []) + tuner.notes
-            found = tuning.Tuning(
-                time.perf_counter() - started, chosen, gains, tuner.trials, notes, key=tuning.key_of(parts)
-            )
+            found = tuning.Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes, key=key)
             if options.keep and self.is_chief:
                 tuning.save(path, parts, found)
         self._apply_tuning(tuning.config_of(found, default))
@@ -344,14 +343,6 @@ class Trainer:
         choices.record("tuning", chosen, f"kept from {found.reused}" if found.reused else "measured")
         log.info("%s", found.line())
         return found
-
-    def _execution_with(self, *, jit_compile: bool) -> Any:
-        key = ("train", self.strategy, jit_compile)
-        return execution.cached(
-            self.model,
-            key,
-            lambda: execution.train_execution(self.strategy, self.model, jit_compile=jit_compile),
-        )
 
     def _apply_tuning(self, config: Any) -> None:
         from tfgpu.train import tuning

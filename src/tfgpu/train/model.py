@@ -83,6 +83,16 @@ def check_compiled(model: Any, *, call: str) -> None:
     remat.install_for(model)
 
 
+def leaf_layers(model: Any) -> list[Any]:
+    """The layers of ``model`` that hold no layers themselves, in the model's order: the ones
+    that compute (what remat recomputes, what tfgpu.memory weighs)."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if not list(layer._flatten_layers(include_self=False))
+    ]
+
+
 def owner(model: Any) -> Any | None:
     """The strategy whose scope the model was created in; None: no strategy's."""
     return getattr(model, "_distribute_strategy", None)

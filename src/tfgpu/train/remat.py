@@ -185,11 +185,9 @@ def _set(layer: Any, mode: Any) -> None:
 
 
 def _leaves(model: Any) -> list[Any]:
-    layers = [
-        layer
-        for layer in model._flatten_layers(include_self=False)
-        if not list(layer._flatten_layers(include_self=False))
-    ]
+    from tfgpu.train.model import leaf_layers
+
+    layers = leaf_layers(model)
     if not layers:
         raise ConfigError(
             f"remat needs a model made of Keras layers, and {model.name} has none",
