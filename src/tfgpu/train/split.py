@@ -320,12 +320,11 @@ def placed(
     """(strategy, ``model``'s copy split over ``devices_per_replica`` devices per replica) holding
     ``model``'s weights and optimizer state now; made once per model and split, re-made when the
     model is re-compiled (as ``train.model.recreate`` keeps its copies)."""
-    from tfgpu import distribute
     from tfgpu.train import model as model_setup
     from tfgpu.train.execution import compiled_state, same_state
 
     split = plan(devices_per_replica, micro_batches=micro_batches, strategy=strategy)
-    if strategy is not None and not distribute.spans_workers(strategy):
+    if strategy is not None:  # plan() refused one over several workers
         raise ConfigError(
             "devices_per_replica chooses the strategy (one replica per group of devices), so strategy= cannot be given too",
             value=type(strategy).__name__,

@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -44,8 +43,6 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import ConfigError
-
-log = logging.getLogger(__name__)
 
 KNOBS = ("steps_per_execution", "input", "jit_compile")
 NOT_BUILT = ("precision", "batch_size", "devices")
@@ -177,8 +174,8 @@ class Tuning:
 class Bench:
     """How to run a configuration: ``iterator(config)`` a fresh iterator of the training data (with
     the input options when ``config.input``), ``execution(config)`` the compiled execution (with
-    XLA when ``config.jit_compile``), ``rows`` the examples in a global batch, ``max_steps`` the
-    steps an iterator gives at most (None: unbounded)."""
+    XLA when ``config.jit_compile``), ``max_steps`` the steps an iterator gives at most (None:
+    unbounded)."""
 
     def __init__(
         self,
