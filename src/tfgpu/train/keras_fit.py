@@ -143,7 +143,7 @@ def fit(
             f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
             "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
         )
-    with rematerialization.for_run(trained, remat_mode, replicas=replicas):
+    with rematerialization.for_run(trained, remat_mode):
         result = trainer.fit(
             epochs=epochs,
             initial_epoch=initial_epoch,

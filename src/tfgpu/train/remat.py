@@ -10,13 +10,16 @@ its call in ``backend.core.remat`` = ``tf.recompute_grad``. Two things break on 
   BatchNormalization's moving statistics are updated twice and a Dropout's seed moves on, its
   recomputed mask not the one the forward pass used (weights off by 1e-2 after 8 steps).
 
-``install()`` replaces the backend's ``remat`` with one that passes only tensors positionally
-(the rest closed over) and runs the recomputation in a ``StatelessScope`` holding the layer's
-seed states as they were before the forward pass: its writes (a BatchNormalization's statistics,
-the seeds moving on) go nowhere, its masks are the forward pass's, and the weights equal those
-trained without remat. (Holding the statistics too, read before the forward pass's update, made
-2 replicas differ now and then: only the seeds are read back; and on several replicas a layer
-with statistics is not recomputed at all, see ``for_run``.)
+``install()`` replaces the backend's ``remat`` with one that recomputes a pure function: the
+layer's call with its tensors passed positionally (the rest closed over), its weights passed in
+as tensors read once before the forward pass, and its other state (statistics, seeds) mapped in a
+``StatelessScope`` as it was before the forward pass. Neither pass reads or writes a variable:
+the recomputation draws the forward pass's Dropout masks, and what the forward pass wrote (the
+statistics, the seeds moved on) is assigned once, after, as the layer itself would have. The
+weights equal those trained without remat on any number of replicas. (Recomputing with the layer
+reading its variables itself, writes dropped, trained 2 replicas to other weights now and then,
+one run in 5 to 20 under load: a recomputation's reads raced the replicas' updates; the pure
+function was equal to the bit in 60 of 60.)
 
 ``for_run(model, remat)`` turns remat on for a model built without it, for one run: ``"full"``
 (every layer), ``"activations"`` (each layer's activation function) or ``"largest"`` (the layers
@@ -70,47 +73,91 @@ def install_for(model: Any) -> None:
 
 
 def remat(f: Any) -> Any:
-    """``tf.recompute_grad(f)``, taking keyword and non-tensor arguments, recomputed with the
-    state ``f``'s layer had before the forward pass (see the module docstring)."""
+    """``tf.recompute_grad(f)`` over a pure function: keyword and non-tensor arguments closed
+    over, the layer's weights passed in as tensors, its state written after (module docstring)."""
     owner = getattr(f, "__self__", None)
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         import tensorflow as tf
-        from keras.src import backend
 
         flat = tf.nest.flatten((args, kwargs))
         where = [i for i, value in enumerate(flat) if tf.is_tensor(value)]
-        state = _seeds(owner)
-        before = [tf.identity(v.value) for v in state]
-        calls: list[int] = []
-
-        def positional(*tensors: Any) -> Any:
-            values = list(flat)
-            for i, tensor in zip(where, tensors, strict=True):
-                values[i] = tensor
-            a, k = tf.nest.pack_sequence_as((args, kwargs), values)
-            if calls and owner is not None:  # the recomputation: the forward's seeds, nothing written
-                with backend.StatelessScope(state_mapping=list(zip(state, before, strict=True))):
-                    return f(*a, **k)
-            calls.append(1)
-            return f(*a, **k)
-
-        return tf.recompute_grad(positional)(*[flat[i] for i in where])
+        if owner is None:  # a function (an activation): nothing to map, nothing written
+            return tf.recompute_grad(lambda *t: _call(f, args, kwargs, flat, where, t))(
+                *[flat[i] for i in where]
+            )
+        weights, state = _variables(owner)
+        pure, after = _pure(f, args, kwargs, flat, where, weights, state)
+        outputs, losses = tf.recompute_grad(pure)(*[flat[i] for i in where], *_read(weights))
+        after(owner, losses)
+        return outputs
 
     return wrapped
 
 
-def _seeds(owner: Any) -> list[Any]:
-    """The seed generators' states of ``owner`` (a layer) and its layers: what the recomputation
-    must read as the forward pass did (a Dropout's mask). Other state (a BatchNormalization's
-    statistics) is only written, and the recomputation's writes are dropped."""
-    if owner is None or not hasattr(owner, "_flatten_layers"):
-        return []
-    return [
-        generator.state
-        for layer in owner._flatten_layers(include_self=True)
-        for generator in getattr(layer, "_seed_generators", [])
-    ]
+def _pure(
+    f: Any, args: Any, kwargs: Any, flat: list[Any], where: list[int], weights: list[Any], state: list[Any]
+):
+    """``f`` as a function of (the tensor arguments, the weights' values) -> (outputs, losses),
+    reading nothing and writing nothing: the state as it was before the forward pass is mapped in
+    (the recomputation draws the forward's Dropout masks), and what the forward pass wrote (a
+    BatchNormalization's statistics, the seeds moved on) is assigned by ``after``, once."""
+    from keras.src import backend
+
+    before = _read(state)
+    written: list[tuple[Any, Any]] = []
+    forward: list[Any] = []
+
+    def pure(*tensors: Any) -> Any:
+        mapping = list(zip(weights + state, list(tensors[len(where) :]) + before, strict=True))
+        with backend.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
+            outputs = _call(f, args, kwargs, flat, where, tensors[: len(where)])
+        if not forward:  # the forward pass: its writes are kept, the recomputation's dropped
+            forward.append(1)
+            for variable, old in zip(state, before, strict=True):
+                new = scope.get_current_value(variable)
+                if new is not old:
+                    written.append((variable, new))
+        return outputs, list(scope.losses)
+
+    def after(owner: Any, losses: list[Any]) -> None:
+        for variable, new in written:
+            variable.assign(new)
+        for loss in losses:
+            owner.add_loss(loss)
+
+    return pure, after
+
+
+def _call(f: Any, args: Any, kwargs: Any, flat: list[Any], where: list[int], tensors: Any) -> Any:
+    """``f(*args, **kwargs)`` with the tensors at ``where`` (in ``flat``) replaced by ``tensors``."""
+    import tensorflow as tf
+
+    values = list(flat)
+    for i, tensor in zip(where, tensors, strict=True):
+        values[i] = tensor
+    a, k = tf.nest.pack_sequence_as((args, kwargs), values)
+    return f(*a, **k)
+
+
+def _variables(owner: Any) -> tuple[list[Any], list[Any]]:
+    """``owner``'s (a layer's, its layers' included) trainable weights, and the rest of its state
+    (a BatchNormalization's statistics, seed generators' states); none for a plain function."""
+    if owner is None or not hasattr(owner, "variables"):
+        return [], []
+    trainable = list(owner.trainable_variables)
+    ids = {id(v) for v in trainable}
+    return trainable, [v for v in owner.variables if id(v) not in ids]
+
+
+def _read(variables: list[Any]) -> list[Any]:
+    """The variables' values now, as tensors, uncast (the layer's own reads inside cast them as
+    the autocast scope says), seen through an enclosing stateless scope (a nested remat)."""
+    import tensorflow as tf
+    from keras.src import backend
+
+    with backend.AutocastScope(None):
+        return [tf.convert_to_tensor(v.value) for v in variables]
 
 
 def uses_remat(model: Any) -> bool:
@@ -132,13 +179,9 @@ def copy_modes(model: Any, clone: Any) -> None:
 
 
 @contextlib.contextmanager
-def for_run(model: Any, mode: str | None, *, replicas: int = 1) -> Iterator[None]:
+def for_run(model: Any, mode: str | None) -> Iterator[None]:
     """Remat on ``model``'s layers in ``mode`` for the ``with`` block, restored after; installs
-    the working ``remat`` whenever the model uses remat at all. On several replicas a model that
-    keeps state anywhere (a BatchNormalization's statistics, a Dropout's seed) is not recomputed:
-    recomputing its layers there trained to other weights now and then (0.02-0.15 apart, one run
-    in several, under load; stateful layers kept whole did not stop it), so its activations are
-    kept; said once. A model without state is recomputed on every replica."""
+    the working ``remat`` whenever the model uses remat at all."""
     everything = list(model._flatten_layers(include_self=True))
     saved = {id(layer): getattr(layer, "_remat_mode", None) for layer in everything}
     if mode is not None:
@@ -155,29 +198,11 @@ def for_run(model: Any, mode: str | None, *, replicas: int = 1) -> Iterator[None
         )
     else:
         install_for(model)
-    kept = _keep_statistics(everything) if replicas > 1 else []
-    if kept:
-        choices.record(
-            "remat.kept",
-            ", ".join(layer.name for layer in kept),
-            "a model with state (statistics, seeds) is not recomputed on several replicas yet",
-        )
     try:
         yield
     finally:
         for layer in everything:
             _set(layer, saved[id(layer)])
-
-
-def _keep_statistics(layers: list[Any]) -> list[Any]:
-    """On several replicas, a model holding state (statistics, seeds) anywhere is not recomputed
-    at all: clear every layer's remat mode; return the layers that had one."""
-    if not any(layer.non_trainable_variables for layer in layers):
-        return []
-    kept = [layer for layer in layers if getattr(layer, "_remat_mode", None) is not None]
-    for layer in kept:
-        _set(layer, None)
-    return kept
 
 
 def _set(layer: Any, mode: Any) -> None:
