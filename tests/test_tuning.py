@@ -268,3 +268,115 @@ def test_tfgpu_train_tune(tmp_path):
     assert "tfgpu kept the tuning from" in again.stdout
     bad = train("--tune", "warp")
     assert bad.returncode == 2 and "knob names" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def saved_tuning(path, choices, parts=None):
+    path.write_text(json.dumps({"parts": parts or {}, "choices": choices, "gains": {}, "trials": []}))
+    return str(path)
+
+
+@pytest.mark.heavy
+def test_a_saved_tuning_is_trained_with_without_measuring(tmp_path):
+    """TrainOptions(tuning_file=...) (tfgpu train --config): the file's steps per call and input
+    options are used as chosen, no trial runs, the weights are those of the same options given
+    by hand; a file measured for another model says so."""
+    from tfgpu.train import Task, Trainer
+
+    x, y = data()
+    path = saved_tuning(
+        tmp_path / "t.json", {"steps_per_execution": 8, "input": True}, parts={"model": "another"}
+    )
+
+    def trainer(**options):
+        task = Task(model=lambda: model(), train_data=(x, y), batch_size=16, shuffle=False)
+        return Trainer(task, strategy=local_strategy(1), **options)
+
+    ours, by_hand = trainer(tuning_file=path), trainer(steps_per_execution=8)
+    assert ours.options.steps_per_execution == 8 and ours.options.tune is None
+    result = ours.fit(epochs=2)
+    by_hand.fit(epochs=2)
+    same_weights(ours.model.get_weights(), by_hand.model.get_weights(), rtol=1e-6, atol=1e-7)
+    assert result.tuning["reused"] == path and result.tuning["trials"] == []
+    assert any("measured for another run: model differ" in n for n in result.tuning["notes"])
+    assert "from " + path in tfgpu.choices.as_dict()["tuning"]["reason"]
+
+
+def test_a_bad_saved_tuning_is_one_message(tmp_path):
+    from tfgpu.train import TrainOptions
+
+    for text, match in (
+        (None, "FileNotFoundError"),
+        ("{not json", "JSONDecodeError"),
+        ('{"choices": {"warp": 9}}', "unknown choices"),
+        ('{"choices": {"steps_per_execution": "many"}}', "ValueError"),
+    ):
+        path = tmp_path / "t.json"
+        path.unlink(missing_ok=True)
+        if text is not None:
+            path.write_text(text)
+        with pytest.raises(ConfigError, match=match) as caught:
+            TrainOptions(tuning_file=str(path))
+        assert caught.value.value == str(path) and "tfgpu tune" in caught.value.fix
+    good = saved_tuning(tmp_path / "good.json", {"steps_per_execution": 4})
+    with pytest.raises(ConfigError, match="exclude each other"):
+        TrainOptions(tuning_file=good, tune=True)
+
+
+@pytest.mark.process
+def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
+    """tfgpu tune: a table of trials and the summary, the choice written to --out; tfgpu train
+    --config trains with it without measuring; a re-run replaces the file; bad input exit 2."""
+    from conftest import run_cli
+    from test_train import TASKS
+
+    env = {"TFGPU_LOGICAL_CPUS": "1"}
+    out = tmp_path / "tuned.json"
+    shown = run_cli(
+        "tune",
+        f"{TASKS}:make_task",
+        "--knobs",
+        "steps_per_execution",
+        "--budget",
+        "2",
+        "--out",
+        str(out),
+        env=env,
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "trials" in shown.stdout and "tfgpu tuned in" in shown.stdout and f"--config {out}" in shown.stdout
+    first = json.loads(out.read_text())
+    assert set(first["choices"]) == {"steps_per_execution"} and first["trials"]
+    again = run_cli(
+        "tune",
+        f"{TASKS}:make_task",
+        "--knobs",
+        "steps_per_execution",
+        "--budget",
+        "2",
+        "--out",
+        str(out),
+        "--json",
+        env=env,
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["written"] == str(out)
+    assert json.loads(out.read_text())["trials"] == json.loads(again.stdout)["trials"]  # replaced whole
+    trained = run_cli("train", f"{TASKS}:make_task", "--steps", "20", "--config", str(out), "--json", env=env)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    summary = json.loads(trained.stdout)
+    assert summary["tuning"]["reused"] == str(out) and summary["tuning"]["notes"] == []
+    assert summary["choices"]["steps_per_execution"]["value"] == str(
+        json.loads(out.read_text())["choices"]["steps_per_execution"]
+    )
+    for args, match in (
+        (("tune", f"{TASKS}:make_task", "--knobs", "warp"), "knob names"),
+        (("tune",), "a Task, or a model and a dataset"),
+        (
+            ("train", f"{TASKS}:make_task", "--config", str(tmp_path / "none.json")),
+            "not a tuning tfgpu wrote",
+        ),
+    ):
+        bad = run_cli(*args, env=env)
+        assert bad.returncode == 2 and match in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[
+            -1500:
+        ]

@@ -18,6 +18,7 @@ SUBCOMMANDS = (
     "diagnose",
     "profile",
     "train",
+    "tune",
     "predict",
     "launch",
     "data-service",

@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 import time
+from typing import Any
 
 from tfgpu import quiet
 from tfgpu.cli import _common
@@ -46,6 +47,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--tune-budget", type=float, metavar="S", help="seconds the tuning may take (default 20-60)"
+    )
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="train with the configuration tfgpu tune measured and wrote to FILE, without measuring",
     )
     p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
@@ -113,22 +119,27 @@ def _progress_printer(json_mode: bool):
     return show
 
 
-def run(args: argparse.Namespace) -> int:
-    from tfgpu import choices, runtime
+def load_task(reference: str, *, batch_size: int | None = None) -> Any:
+    """The Task that FILE_OR_MODULE:FUNCTION returns, with ``--batch-size`` applied."""
     from tfgpu.loader import load_function
-    from tfgpu.train import Task, Trainer, TrainOptions
+    from tfgpu.train import Task
 
-    runtime.configure(precision=args.precision)
-    make = load_function(args.task)
-    task = make()
+    task = load_function(reference)()
     if not isinstance(task, Task):
         raise InputError(
-            f"{args.task} returned {type(task).__name__}, not a tfgpu.Task",
-            value=args.task,
+            f"{reference} returned {type(task).__name__}, not a tfgpu.Task",
+            value=reference,
             fix="return tfgpu.Task(model=..., loss=..., train_data=...)",
         )
-    if args.batch_size:
-        task = dataclasses.replace(task, batch_size=args.batch_size)
+    return dataclasses.replace(task, batch_size=batch_size) if batch_size else task
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfgpu import choices, runtime
+    from tfgpu.train import Trainer, TrainOptions
+
+    runtime.configure(precision=args.precision)
+    task = load_task(args.task, batch_size=args.batch_size)
     if args.data_service:
         if callable(task.train_data) or isinstance(task.train_data, tuple | list):
             raise InputError(
@@ -153,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
     knobs = None if args.tune is None else (True if args.tune == "all" else tuple(args.tune.split(",")))
     options = TrainOptions(
         tune=TuneOptions.from_arg(knobs, args.tune_budget),
+        tuning_file=args.config,
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,
         jit_compile=args.xla,

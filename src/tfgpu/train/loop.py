@@ -135,6 +135,8 @@ class Trainer:
             else f"one compiled call per log window of {k} steps",
         )
         self._build()
+        if self.options.tuning_file is not None:
+            self._use_saved(self.options.tuning_file)
 
     # -- state ---------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -284,6 +286,18 @@ class Trainer:
         return result
 
     # -- tune=True -------------------------------------------------------------------------------
+    def tune(self, *, epochs: int | None = None, steps: int | None = None) -> Any:
+        """Measure the candidate configurations (``train.tuning``) and train with the fastest from
+        here on; returns the ``tuning.Tuning``. ``fit`` calls it first when ``tune`` is set;
+        ``tfgpu tune`` calls it alone. ``epochs``/``steps``: the run to come (sets the budget)."""
+        from tfgpu.train.tuning import TuneOptions
+
+        if self._tuning is None:
+            if self.options.tune is None:
+                self.options = dataclasses.replace(self.options, tune=TuneOptions())
+            self._tuning = self._tune(epochs=epochs, steps=steps)
+        return self._tuning
+
     def _tune(self, *, epochs: int | None, steps: int | None) -> Any:
         """Measure, choose and keep the fastest configuration (``train.tuning``), then train with it."""
         import time
@@ -335,19 +349,52 @@ class Trainer:
             with timing.restored(self.model):
                 _, chosen, gains = tuner.run()
             notes = ([why] if why else []) + tuner.notes
-            found = tuning.Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes, key=key)
+            found = tuning.Tuning(
+                time.perf_counter() - started, chosen, gains, tuner.trials, notes, key=key, parts=parts
+            )
             if options.keep and self.is_chief:
                 tuning.save(path, parts, found)
-        self._apply_tuning(tuning.config_of(found, default))
+        self._apply_tuning(
+            tuning.config_of(found, default), why=f"kept from {found.reused}" if found.reused else "measured"
+        )
         chosen = ", ".join(f"{k}={v}" for k, v in found.choices.items()) or "as configured"
         choices.record("tuning", chosen, f"kept from {found.reused}" if found.reused else "measured")
         log.info("%s", found.line())
         return found
 
-    def _apply_tuning(self, config: Any) -> None:
+    def _use_saved(self, path: str) -> None:
+        """Train with a saved tuning's choice (``tfgpu train --config``); say what differs from
+        the run it was measured on (it is used all the same: the user asked for it)."""
+        from tfgpu.train import tuning
+
+        found = tuning.read(path)
+        devices, _ = distribute.replica_devices(self.strategy)
+        now = tuning.key_parts(
+            model=self.model,
+            spec=self._inputs["train"].spec(),
+            strategy=self.strategy,
+            devices=devices,
+            knobs=tuple(found.choices),
+            batch=self.global_batch,
+        )
+        changed = tuning.differences(found.parts, now)
+        if changed:
+            found.notes.append(f"measured for another run: {', '.join(changed)} differ")
+        default = tuning.Config(self.options.execution_steps, False, self.options.jit_compile)
+        config = tuning.config_of(found, default)
+        if config.jit_compile and len(devices) > 1 and distribute.on_host_cpu(devices):
+            found.notes.append("XLA not used: replicas on logical CPU devices share one XLA device")
+            config = dataclasses.replace(config, jit_compile=False)
+        self._apply_tuning(config, why=f"from {path}")
+        self._tuning = found
+        choices.record("tuning", ", ".join(f"{k}={v}" for k, v in found.choices.items()), f"from {path}")
+
+    def _apply_tuning(self, config: Any, *, why: str) -> None:
         from tfgpu.train import tuning
 
         k = config.steps_per_execution
+        if k != self.options.execution_steps:
+            choices.record("steps_per_execution", k, f"tuned ({why})")
         self.options = dataclasses.replace(
             self.options,
             steps_per_execution=k,
@@ -391,7 +438,7 @@ class Trainer:
             steps=self._inputs["train"].steps_per_epoch,
         )
         if self.options.tune is not None and self._tuning is None:
-            self._tuning = self._tune(epochs=epochs, steps=steps)
+            self.tune(epochs=epochs, steps=steps)
             if verbose and self.is_chief:
                 print(self._tuning.line())  # before the progress bars, as Keras prints its own
         if distribute.is_parameter_server(self.strategy):

@@ -32,6 +32,8 @@ class TrainOptions:
         monitor_gpus: sample GPU utilization through NVML while training.
         tune: measure candidate configurations before the first epoch and train with the
             fastest (``train.tuning``; a ``TuneOptions``, None: no tuning).
+        tuning_file: train with the configuration a saved tuning chose (``tfgpu tune``'s file,
+            ``tfgpu train --config``), without measuring.
     """
 
     steps_per_execution: int | None = None
@@ -44,12 +46,23 @@ class TrainOptions:
     log_dir: str | None = None
     monitor_gpus: bool = True
     tune: Any = None  # tuning.TuneOptions
+    tuning_file: str | None = None
 
     def __post_init__(self) -> None:
-        from tfgpu.train.tuning import TuneOptions
+        from tfgpu.train import tuning
 
-        if not isinstance(self.tune, TuneOptions | None):
-            object.__setattr__(self, "tune", TuneOptions.from_arg(self.tune))  # True, "all", knob names
+        if not isinstance(self.tune, tuning.TuneOptions | None):
+            object.__setattr__(
+                self, "tune", tuning.TuneOptions.from_arg(self.tune)
+            )  # True, "all", knob names
+        if self.tuning_file is not None:
+            if self.tune is not None:
+                raise ConfigError(
+                    "a saved tuning (--config) and tune=True exclude each other",
+                    value=self.tuning_file,
+                    fix="pass one: --config FILE trains with FILE's choice, --tune measures again",
+                )
+            tuning.read(self.tuning_file)  # refused here, before anything is built
         for name, value in (
             ("steps_per_execution", self.steps_per_execution),
             ("log_every", self.log_every),

@@ -136,6 +136,7 @@ class Tuning:
     notes: list[str] = field(default_factory=list)
     reused: str | None = None  # the file the choice was kept in, when it was reused
     key: str = ""
+    parts: dict[str, str] = field(default_factory=dict)  # what the key was made of (key_parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -415,16 +416,51 @@ def load(path: Path, parts: dict[str, str]) -> tuple[Tuning | None, str]:
         notes=saved.get("notes", []),
         reused=str(path),
         key=key_of(parts),
+        parts=parts,
     )
     return tuning, ""
 
 
 def save(path: Path, parts: dict[str, str], tuning: Tuning) -> None:
-    """Write the choice (atomically: a reader never sees half a file)."""
+    """Write the choice (atomically: a reader never sees half a file, a re-run replaces it whole)."""
     from tfgpu.files import write_json_atomic
 
     path.parent.mkdir(parents=True, exist_ok=True)
     write_json_atomic(path, {"parts": parts, **{k: v for k, v in tuning.to_dict().items() if k != "reused"}})
+
+
+def read(path: str | Path) -> Tuning:
+    """A saved tuning (``tfgpu tune``'s file, or a kept ``tfgpu-tuning.json``), for
+    ``tfgpu train --config``: trained with as it chose, without measuring."""
+    path = Path(path)
+    try:
+        saved = json.loads(path.read_text())
+        chosen, parts = saved["choices"], saved.get("parts", {})
+        unknown = set(chosen) - set(KNOBS)
+        if unknown or not isinstance(parts, dict):
+            raise ValueError(f"unknown choices {sorted(unknown)}")
+        config_of(Tuning(0.0, chosen, {}), Config(1))  # the values are what a Config takes
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ConfigError(
+            f"{path} is not a tuning tfgpu wrote ({type(exc).__name__}: {exc})",
+            value=str(path),
+            fix="pass the file tfgpu tune wrote (tfgpu tune TASK --out tfgpu-tuning.json)",
+        ) from None
+    return Tuning(
+        seconds=0.0,
+        choices=chosen,
+        gains=saved.get("gains", {}),
+        trials=saved.get("trials", []),
+        notes=[],
+        reused=str(path),
+        key=saved.get("key", ""),
+        parts=parts,
+    )
+
+
+def differences(saved: dict[str, str], now: dict[str, str]) -> list[str]:
+    """The parts of the key a saved tuning was measured for that this run does not share."""
+    return [name for name in now if name != "knobs" and saved.get(name, now[name]) != now[name]]
 
 
 def config_of(tuning: Tuning, default: Config) -> Config:

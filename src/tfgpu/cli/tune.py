@@ -1,0 +1,109 @@
+"""``tfgpu tune TASK``: measure the fastest configuration of a run, show every trial, write it for
+``tfgpu train --config``. The same measurement ``tune=True`` makes before a run's first epoch."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from tfgpu.cli import _common
+from tfgpu.errors import InputError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tune",
+        help="measure the fastest steps per call, input options and XLA for a run; write them for tfgpu train --config",
+    )
+    p.add_argument("task", nargs="?", help="FILE_OR_MODULE:FUNCTION returning a tfgpu.Task")
+    p.add_argument(
+        "--model", help="FILE_OR_MODULE:FUNCTION returning a compiled Keras model (with --dataset)"
+    )
+    p.add_argument(
+        "--dataset", help="FILE_OR_MODULE:FUNCTION returning the batched tf.data.Dataset you train on"
+    )
+    p.add_argument("--knobs", metavar="KNOBS", help="comma-separated knobs to tune (default all)")
+    p.add_argument("--budget", type=float, metavar="S", help="seconds the tuning may take (default 20-60)")
+    length = p.add_mutually_exclusive_group()
+    length.add_argument("--epochs", type=int, help="the run to come, in epochs (sets the default budget)")
+    length.add_argument("--steps", type=int, help="the run to come, in steps (sets the default budget)")
+    p.add_argument("--batch-size", type=int, help="per-replica batch (overrides the Task's)")
+    p.add_argument(
+        "--out",
+        default="tfgpu-tuning.json",
+        help="write the choice here (default tfgpu-tuning.json; replaced whole on a re-run)",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run)
+
+
+def _task(args: argparse.Namespace) -> Any:
+    from tfgpu.cli.diagnose import load_dataset, load_model
+    from tfgpu.cli.train import load_task
+    from tfgpu.train import Task
+
+    if args.task and not (args.model or args.dataset):
+        return load_task(args.task, batch_size=args.batch_size)
+    if args.model and args.dataset and not args.task:
+        dataset = load_dataset(args.dataset)
+        return Task(model=lambda: load_model(args.model), train_data=dataset)
+    raise InputError(
+        "tfgpu tune takes a Task, or a model and a dataset",
+        value=" ".join(filter(None, (args.task, args.model and "--model", args.dataset and "--dataset"))),
+        fix="pass tfgpu tune task.py:make_task, or tfgpu tune --model m.py:make_model --dataset d.py:make_dataset",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfgpu.train import Trainer, TrainOptions, tuning
+
+    knobs = tuple(args.knobs.split(",")) if args.knobs else tuning.KNOBS
+    options = TrainOptions(tune=tuning.TuneOptions(knobs=knobs, budget_s=args.budget, keep=False))
+    trainer = Trainer(_task(args), options=options)
+    epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
+    found = trainer.tune(epochs=epochs, steps=args.steps)
+    out = Path(args.out)
+    if trainer.is_chief:
+        tuning.save(out, found.parts, found)
+    if args.json:
+        _common.print_json({**found.to_dict(), "written": str(out)})
+        return 0
+    _render(found, out=out, task=args.task)
+    return 0
+
+
+def _render(found: Any, *, out: Path, task: str | None) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title="trials: examples/s, medians of paired rounds (K: steps per call)", title_justify="left"
+    )
+    for column in ("knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread"):
+        table.add_column(column, justify="left" if column in ("knob", "from", "to") else "right")
+    for trial in found.trials:
+        low, high = trial["spread"]
+        table.add_row(
+            {"steps_per_execution": "K", "jit_compile": "XLA"}.get(trial["knob"], trial["knob"]),
+            _short(trial["baseline"]),
+            _short(trial["candidate"]),
+            f"{trial['baseline_examples_per_s']:,.0f}",
+            f"{trial['candidate_examples_per_s']:,.0f}",
+            f"{trial['ratio']:.2f}x",
+            f"{low:.2f}-{high:.2f}",
+        )
+    console = _common.out
+    if found.trials:
+        console.print(table)
+    console.print(found.line(), markup=False, soft_wrap=True)
+    command = f"tfgpu train {task or 'TASK'} --config {out}"
+    console.print(f"written: {out} (train with it: {command})", markup=False, soft_wrap=True)
+
+
+def _short(label: str) -> str:
+    """A configuration's label for a table cell: ``K=64 +input +XLA``."""
+    return (
+        label.replace("steps_per_execution=", "K=")
+        .replace(", input tuned", " +input")
+        .replace(", XLA", " +XLA")
+    )
