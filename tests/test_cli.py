@@ -90,18 +90,21 @@ def test_demo_runs_end_to_end(tmp_path):
     assert data["training"]["steady"]["epochs"] == [2, 3, 4]
     assert data["agreement"].startswith(("agree: ", "differ: ")), data["agreement"]
     assert data["prediction"]["predicted_rows"] == 160
-    assert set(data["phases"]) == {"doctor", "data", "diagnose", "train", "predict", "report"}
+    assert set(data["phases"]) == {"doctor", "data", "diagnose", "tune", "train", "predict", "report"}
+    tuning = data["training"]["tuning"]
+    assert tuning["trials"] and tuning["summary"].startswith("tfgpu tuned in") and tuning["reused"] is None
     assert data["data"]["images_generated"] and data["data"]["shards_reused"] == 0
     page = (tmp_path / "r.html").read_text()
     for section in (
         "Environment",
         "Bottleneck: naive pipeline",
         "Bottleneck: tfgpu.data.pipeline",
+        "Tuning",
         "Training",
         "Prediction",
     ):
         assert f">{section}<" in page
-    assert page.count("data:image/png;base64,") >= 8
+    assert page.count("data:image/png;base64,") >= 9
     # the same report renders again from the recorded run
     again = run_cli("report", str(tmp_path / "demo"), "--output", str(tmp_path / "again.html"))
     assert again.returncode == 0, again.stderr

@@ -50,6 +50,32 @@ def test_without_gpu_samples_there_is_no_gpu_plot(tmp_path):
     assert len(sections_for(load_run(tmp_path))[0].images) == 4
 
 
+def test_a_tuned_run_has_a_tuning_section_before_training(tmp_path):
+    """The trials of tune=True as a table and a plot, the default's and the choice's rates."""
+    from tfgpu.train.tuning import Config, Tuning
+
+    trial = {
+        "knob": "together",
+        "baseline": Config(1).label(),
+        "candidate": Config(64, input=True).label(),
+        "baseline_examples_per_s": 1000.0,
+        "candidate_examples_per_s": 1900.0,
+        "ratio": 1.9,
+        "spread": [1.8, 2.0],
+    }
+    tuned = Tuning(12.0, {"steps_per_execution": 64, "input": True}, {"steps_per_execution": 1.9}, [trial])
+    save_run(tmp_path, "train", {**TRAIN, "tuning": tuned.to_dict()})
+    first, training = sections_for(load_run(tmp_path))
+    assert first.title == "Tuning" and training.title == "Training"
+    assert first.verdict.startswith("tfgpu tuned in 12 s (1,000 -> 1,900 examples/s)")
+    assert "Before: 1,000 examples/s" in first.paragraphs[0] and len(first.images) == 1
+    assert first.tables[0][1][0][:3] == ["together", "K=1", "K=64 +input"]
+    kept = Tuning(0.0, {"steps_per_execution": 100}, {}, reused="/k.json").to_dict()
+    save_run(tmp_path, "train", {**TRAIN, "tuning": kept})
+    section = sections_for(load_run(tmp_path))[0]
+    assert section.images == [] and "kept" in section.paragraphs[0]
+
+
 def test_bad_run_records(tmp_path):
     with pytest.raises(InputError, match="No tfgpu run record"):
         load_run(tmp_path)

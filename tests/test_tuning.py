@@ -75,6 +75,37 @@ def test_nothing_helps_keeps_the_defaults():
     assert gains["steps_per_execution"] is None and gains["input"] == pytest.approx(1.0)
 
 
+def test_a_choice_the_proof_does_not_confirm_keeps_the_default():
+    """The choice made knob by knob, timed against the default at the end (all knobs together),
+    does not beat it (the machine changed: here, after 19 measurements every candidate slows to
+    0.9x): the default is kept, said."""
+
+    def rates(config):
+        if config == Config(1):
+            return 1000.0
+        return 900.0 if len(bench.calls) > 19 else 1000.0 * (1.1 if config.input else 1.05)
+
+    bench = FakeBench(rates, max_steps=4)
+    found = tuner(bench, default=Config(1), xla="not here")
+    config, choices, _ = found.run()
+    assert config == Config(1) and choices == {"steps_per_execution": 1, "input": False, "jit_compile": False}
+    assert found.trials[-1]["knob"] == "together" and found.trials[-1]["ratio"] == 0.9
+    assert found.trials[-1]["candidate"] == Config(4, input=True).label()
+    assert any("did not beat the default together" in n for n in found.notes)
+
+
+def test_a_proved_choice_gives_the_run_its_before_and_after():
+    found = tuner(FakeBench(dispatch_bound), default=Config(1), xla="not here")
+    config, choices, gains = found.run()
+    together = found.trials[-1]
+    assert together["knob"] == "together" and together["candidate"] == config.label()
+    result = tuning.Tuning(1.0, choices, gains, found.trials)
+    before, after = result.before_after()
+    assert before == pytest.approx(dispatch_bound(Config(1)), rel=1e-3)
+    assert after == pytest.approx(dispatch_bound(config), rel=1e-3)
+    assert f"({before:,.0f} -> {after:,.0f} examples/s)" in result.line()
+
+
 def test_a_gain_within_the_noise_is_not_taken():
     assert tuning.decide([1.2, 1.1, 1.05])
     assert not tuning.decide([1.4, 0.98, 1.3])  # one round against it: inside the spread
@@ -368,6 +399,25 @@ def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
     assert summary["choices"]["steps_per_execution"]["value"] == str(
         json.loads(out.read_text())["choices"]["steps_per_execution"]
     )
+    from test_diagnose import INPUTS
+
+    pair = run_cli(
+        "tune",
+        "--model",
+        f"{INPUTS}:tiny_model",
+        "--dataset",
+        f"{INPUTS}:memory",
+        "--knobs",
+        "input",
+        "--budget",
+        "1",
+        "--out",
+        str(tmp_path / "pair.json"),
+        "--json",
+        env=env,
+    )
+    assert pair.returncode == 0, pair.stderr[-2000:]
+    assert set(json.loads(pair.stdout)["choices"]) == {"input"}
     for args, match in (
         (("tune", f"{TASKS}:make_task", "--knobs", "warp"), "knob names"),
         (("tune",), "a Task, or a model and a dataset"),

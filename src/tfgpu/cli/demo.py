@@ -72,6 +72,10 @@ def run(args: argparse.Namespace) -> int:
             break
     out.print(f"[bold]diagnose:[/] both pipelines measured{took.get('diagnose', '')}")
     t = result.training
+    if t.get("tuning"):
+        out.print(
+            f"[bold]tune:[/] {t['tuning']['summary']}{took.get('tune', '')}", markup=True, highlight=False
+        )
     rate = (
         f"steady state {t['examples_per_s']:,.0f} examples/s"
         if t.get("steady")

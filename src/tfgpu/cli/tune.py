@@ -76,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
 def _render(found: Any, *, out: Path, task: str | None) -> None:
     from rich.table import Table
 
+    from tfgpu.train import tuning
+
     table = Table(
         title="trials: examples/s, medians of paired rounds (K: steps per call)", title_justify="left"
     )
@@ -85,8 +87,8 @@ def _render(found: Any, *, out: Path, task: str | None) -> None:
         low, high = trial["spread"]
         table.add_row(
             {"steps_per_execution": "K", "jit_compile": "XLA"}.get(trial["knob"], trial["knob"]),
-            _short(trial["baseline"]),
-            _short(trial["candidate"]),
+            tuning.short(trial["baseline"]),
+            tuning.short(trial["candidate"]),
             f"{trial['baseline_examples_per_s']:,.0f}",
             f"{trial['candidate_examples_per_s']:,.0f}",
             f"{trial['ratio']:.2f}x",
@@ -98,12 +100,3 @@ def _render(found: Any, *, out: Path, task: str | None) -> None:
     console.print(found.line(), markup=False, soft_wrap=True)
     command = f"tfgpu train {task or 'TASK'} --config {out}"
     console.print(f"written: {out} (train with it: {command})", markup=False, soft_wrap=True)
-
-
-def _short(label: str) -> str:
-    """A configuration's label for a table cell: ``K=64 +input +XLA``."""
-    return (
-        label.replace("steps_per_execution=", "K=")
-        .replace(", input tuned", " +input")
-        .replace(", XLA", " +XLA")
-    )

@@ -76,6 +76,33 @@ def stage_rates(stages: Sequence[dict[str, Any]]) -> str:
     return _png(figure)
 
 
+def tuning_trials(trials: Sequence[dict[str, Any]]) -> str:
+    """Each trial of a tuning: the rival's and the candidate's examples/s (medians), side by side."""
+    figure, axes = _figure(height=0.5 * max(3, len(trials)) + 1.0)
+    names = [f"{t['knob']}: {t['candidate']}" for t in trials]  # labels as the caller wants them shown
+    ys = range(len(trials))
+    axes.barh(
+        [y - 0.2 for y in ys],
+        [t["baseline_examples_per_s"] for t in trials],
+        height=0.4,
+        color="#999999",
+        label="from",
+    )
+    axes.barh(
+        [y + 0.2 for y in ys],
+        [t["candidate_examples_per_s"] for t in trials],
+        height=0.4,
+        color=["#2ca02c" if t["ratio"] >= 1 else "#d62728" for t in trials],
+        label="to (green: faster)",
+    )
+    axes.set_yticks(list(ys), names, fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel("examples/s (median of paired rounds)")
+    axes.set_title("Tuning trials: each candidate against its rival")
+    axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _png(figure)
+
+
 def utilization(series: dict[str, Sequence[tuple[float, float]]], *, title: str, ylabel: str = "%") -> str:
     """Lines of (t seconds, value) per label."""
     figure, axes = _figure()

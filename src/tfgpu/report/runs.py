@@ -130,6 +130,41 @@ def training_section(training: dict[str, Any]) -> Section:
     )
 
 
+def tuning_section(tuning: dict[str, Any]) -> Section:
+    """What ``tune=True`` measured and chose: the default's and the choice's rates, every trial
+    (K: steps per call)."""
+    from tfgpu.train.tuning import short
+
+    rows = [
+        [
+            t["knob"],
+            short(t["baseline"]),
+            short(t["candidate"]),
+            t["baseline_examples_per_s"],
+            t["candidate_examples_per_s"],
+            f"{t['ratio']:.2f}x",
+            f"{t['spread'][0]:.2f}-{t['spread'][1]:.2f}",
+        ]
+        for t in tuning.get("trials", [])
+    ]
+    before, after = tuning.get("before_examples_per_s"), tuning.get("after_examples_per_s")
+    paragraphs = (
+        [f"Before: {before:,.0f} examples/s (the default); after: {after:,.0f} examples/s (the choice)."]
+        if before and after
+        else ["The default configuration was kept: no candidate beat it beyond the spread of the rounds."]
+    )
+    return Section(
+        "Tuning",
+        element_id="tuning",
+        verdict=tuning["summary"],
+        paragraphs=paragraphs + list(tuning.get("notes", [])),
+        tables=[(["knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread"], rows)] if rows else [],
+        images=[plots.tuning_trials([{**t, "candidate": short(t["candidate"])} for t in tuning["trials"]])]
+        if rows
+        else [],
+    )
+
+
 def _training_figures(training: dict[str, Any]) -> str:
     """The steady state's figures, and warm-up on its own (older recorded runs have neither)."""
     said = f"{training['steps']} steps, global batch {training['global_batch']} on {training['replicas']} replicas"
@@ -171,8 +206,9 @@ def prediction_section(
 
 def sections_for(record: dict[str, Any]) -> list[Section]:
     kind, data = record["kind"], record["data"]
+    tuned = [tuning_section(t) for t in [(data.get("training") or data).get("tuning")] if t]
     if kind == "train":
-        return [training_section(data)]
+        return [*tuned, training_section(data)]
     if kind == "predict":
         return [prediction_section(data)]
     if kind == "diagnose":
@@ -182,6 +218,7 @@ def sections_for(record: dict[str, Any]) -> list[Section]:
         out += diagnose_sections(result, title=f"Bottleneck: {name}")[:1]
     return [
         *out,
+        *tuned,
         training_section(data["training"]),
         prediction_section(data["prediction"], accuracy=data["accuracy"], chance=data["chance"]),
     ]

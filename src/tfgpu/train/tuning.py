@@ -14,7 +14,8 @@ and trains with the fastest. The knobs, in the order that usually matters:
 
 Each choice is made from paired, interleaved rounds (A B, B A, A B: these machines drift and are
 bimodal), and taken only when every round's ratio favours it (its spread clears 1) and the median
-gains at least 3%. Trials run from fresh iterators over the same data and are wrapped in
+gains at least 3%; the whole choice is then timed against the default (the ``together`` trial, the
+run's before and after) and kept only when it wins there too. Trials run from fresh iterators over the same data and are wrapped in
 ``timing.restored``: the user's callbacks, History, checkpoints and metrics never see them, and
 the model trains from exactly the state an untuned run starts from; the result-preserving knobs
 (all three here, XLA up to its checked tolerance) leave the weights those of the untuned run.
@@ -138,8 +139,19 @@ class Tuning:
     key: str = ""
     parts: dict[str, str] = field(default_factory=dict)  # what the key was made of (key_parts)
 
+    def before_after(self) -> tuple[float, float] | None:
+        """Examples/s of the default and of the chosen configuration, from the trial that proved
+        the choice (None when nothing was changed, or the choice was kept from an earlier run)."""
+        together = [t for t in self.trials if t["knob"] == "together"]
+        if not together:
+            return None
+        return together[-1]["baseline_examples_per_s"], together[-1]["candidate_examples_per_s"]
+
     def to_dict(self) -> dict[str, Any]:
+        measured = self.before_after()
         return {
+            "before_examples_per_s": measured and measured[0],
+            "after_examples_per_s": measured and measured[1],
             "seconds": round(self.seconds, 3),
             "choices": self.choices,
             "gains": {k: None if v is None else round(v, 3) for k, v in self.gains.items()},
@@ -169,6 +181,9 @@ class Tuning:
             if self.reused
             else f"tfgpu tuned in {self.seconds:.0f} s"
         )
+        measured = self.before_after()
+        if measured and not self.reused:
+            head += f" ({measured[0]:,.0f} -> {measured[1]:,.0f} examples/s)"
         return f"{head}: " + ", ".join(parts) + ("; " + "; ".join(self.notes) if self.notes else "")
 
 
@@ -204,6 +219,15 @@ class Bench:
         logs = outputs[-1]["logs"]
         loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
         return timing.examples(outputs) / max(seconds, 1e-9), loss
+
+
+def short(label: str) -> str:
+    """A configuration's label (``Config.label``) for a table cell or a plot: ``K=64 +input +XLA``."""
+    return (
+        label.replace("steps_per_execution=", "K=")
+        .replace(", input tuned", " +input")
+        .replace(", XLA", " +XLA")
+    )
 
 
 def decide(ratios: list[float]) -> bool:
@@ -293,7 +317,21 @@ class Tuner:
             chosen = candidate if choices["input"] else chosen
         if "jit_compile" in self.options.knobs and not chosen.jit_compile and not self.spent("XLA"):
             chosen, choices["jit_compile"], gains["jit_compile"] = self._xla(chosen)
+        if chosen != self.default and not self._proved(chosen):
+            return self.default, {k: getattr(self.default, k) for k in choices}, gains
         return chosen, choices, gains
+
+    def _proved(self, chosen: Config) -> bool:
+        """The chosen configuration against the default, all knobs together (each was chosen
+        against its rival only): kept when it beats the default in every round, else the default
+        is (said). This trial is the run's before and after."""
+        ratios = self.compare("together", self.default, chosen)
+        if decide(ratios):
+            return True
+        self.notes.append(
+            f"{chosen.label()} did not beat the default together ({statistics.median(ratios):.2f}x): default kept"
+        )
+        return False
 
     def _steps(self, base: Config) -> tuple[Config, int, float | None]:
         limit = min(self.bench.max_steps or max(STEPS), max(1, int(2 * self.examples / self.batch)))
