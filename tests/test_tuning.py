@@ -362,33 +362,27 @@ def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
 
     env = {"TFGPU_LOGICAL_CPUS": "1"}
     out = tmp_path / "tuned.json"
-    shown = run_cli(
-        "tune",
-        f"{TASKS}:make_task",
-        "--knobs",
-        "steps_per_execution",
-        "--budget",
-        "2",
-        "--out",
-        str(out),
-        env=env,
-    )
+
+    def tune(*extra):
+        return run_cli(
+            "tune",
+            f"{TASKS}:make_task",
+            "--knobs",
+            "steps_per_execution",
+            "--budget",
+            "2",
+            "--out",
+            str(out),
+            *extra,
+            env=env,
+        )
+
+    shown = tune()
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "trials" in shown.stdout and "tfgpu tuned in" in shown.stdout and f"--config {out}" in shown.stdout
     first = json.loads(out.read_text())
     assert set(first["choices"]) == {"steps_per_execution"} and first["trials"]
-    again = run_cli(
-        "tune",
-        f"{TASKS}:make_task",
-        "--knobs",
-        "steps_per_execution",
-        "--budget",
-        "2",
-        "--out",
-        str(out),
-        "--json",
-        env=env,
-    )
+    again = tune("--json")
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["written"] == str(out)
     assert json.loads(out.read_text())["trials"] == json.loads(again.stdout)["trials"]  # replaced whole
