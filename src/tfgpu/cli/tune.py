@@ -81,19 +81,10 @@ def _render(found: Any, *, out: Path, task: str | None) -> None:
     table = Table(
         title="trials: examples/s, medians of paired rounds (K: steps per call)", title_justify="left"
     )
-    for column in ("knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread"):
+    for column in tuning.TRIAL_COLUMNS:
         table.add_column(column, justify="left" if column in ("knob", "from", "to") else "right")
     for trial in found.trials:
-        low, high = trial["spread"]
-        table.add_row(
-            {"steps_per_execution": "K", "jit_compile": "XLA"}.get(trial["knob"], trial["knob"]),
-            tuning.short(trial["baseline"]),
-            tuning.short(trial["candidate"]),
-            f"{trial['baseline_examples_per_s']:,.0f}",
-            f"{trial['candidate_examples_per_s']:,.0f}",
-            f"{trial['ratio']:.2f}x",
-            f"{low:.2f}-{high:.2f}",
-        )
+        table.add_row(*tuning.trial_row(trial))
     console = _common.out
     if found.trials:
         console.print(table)

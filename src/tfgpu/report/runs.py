@@ -133,20 +133,9 @@ def training_section(training: dict[str, Any]) -> Section:
 def tuning_section(tuning: dict[str, Any]) -> Section:
     """What ``tune=True`` measured and chose: the default's and the choice's rates, every trial
     (K: steps per call)."""
-    from tfgpu.train.tuning import short
+    from tfgpu.train.tuning import TRIAL_COLUMNS, short, trial_row
 
-    rows = [
-        [
-            t["knob"],
-            short(t["baseline"]),
-            short(t["candidate"]),
-            t["baseline_examples_per_s"],
-            t["candidate_examples_per_s"],
-            f"{t['ratio']:.2f}x",
-            f"{t['spread'][0]:.2f}-{t['spread'][1]:.2f}",
-        ]
-        for t in tuning.get("trials", [])
-    ]
+    rows = [trial_row(t) for t in tuning.get("trials", [])]
     before, after = tuning.get("before_examples_per_s"), tuning.get("after_examples_per_s")
     paragraphs = (
         [f"Before: {before:,.0f} examples/s (the default); after: {after:,.0f} examples/s (the choice)."]
@@ -158,7 +147,7 @@ def tuning_section(tuning: dict[str, Any]) -> Section:
         element_id="tuning",
         verdict=tuning["summary"],
         paragraphs=paragraphs + list(tuning.get("notes", [])),
-        tables=[(["knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread"], rows)] if rows else [],
+        tables=[(list(TRIAL_COLUMNS), rows)] if rows else [],
         images=[plots.tuning_trials([{**t, "candidate": short(t["candidate"])} for t in tuning["trials"]])]
         if rows
         else [],

@@ -25,7 +25,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError, TfgpuError, refuse_unknown
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, inputs
+from tfgpu.train import execution, inputs, timing, tuning
 from tfgpu.train import model as model_setup
 from tfgpu.train.checkpoints import Checkpoints
 from tfgpu.train.evaluation import evaluation_strategy, evaluator_for
@@ -97,12 +97,10 @@ class Trainer:
         self.on_progress = on_progress
         self.strategy = strategy if strategy is not None else distribute.strategy()
         self.replicas = int(self.strategy.num_replicas_in_sync)
-        devices, _ = distribute.replica_devices(self.strategy)
-        on_cpu = distribute.on_host_cpu(devices)
-        if self.options.jit_compile and len(devices) > 1 and on_cpu:
+        if self.options.jit_compile and self._xla_refused():
             raise ConfigError(
                 "XLA cannot compile a step replicated over logical CPU devices (they share one XLA CPU device)",
-                value=list(devices),
+                value=list(distribute.replica_devices(self.strategy)[0]),
                 fix="use jit_compile with GPUs or a single device, or leave it off on the CPU",
             )
         self.global_batch = task.batch_size * self.replicas
@@ -243,11 +241,6 @@ class Trainer:
             left.append(per_epoch - self._counters["epoch_step"])
         return min(left)
 
-    def _constant(self, value: int) -> Any:
-        from tfgpu.train import timing
-
-        return timing.limit(value)  # a Python int argument would retrace per value
-
     def _at_boundary(self) -> bool:
         step = self._counters["step"]
         return any(step % every == 0 for every in self.options.boundaries())
@@ -290,37 +283,22 @@ class Trainer:
         """Measure the candidate configurations (``train.tuning``) and train with the fastest from
         here on; returns the ``tuning.Tuning``. ``fit`` calls it first when ``tune`` is set;
         ``tfgpu tune`` calls it alone. ``epochs``/``steps``: the run to come (sets the budget)."""
-        from tfgpu.train.tuning import TuneOptions
-
         if self._tuning is None:
             if self.options.tune is None:
-                self.options = dataclasses.replace(self.options, tune=TuneOptions())
+                self.options = dataclasses.replace(self.options, tune=tuning.TuneOptions())
             self._tuning = self._tune(epochs=epochs, steps=steps)
         return self._tuning
 
     def _tune(self, *, epochs: int | None, steps: int | None) -> Any:
         """Measure, choose and keep the fastest configuration (``train.tuning``), then train with it."""
-        import time
-
-        from tfgpu.train import timing, tuning
-
         options = self.options.tune
         source = self._inputs["train"]
-        devices, _ = distribute.replica_devices(self.strategy)
-        default = tuning.Config(self.options.execution_steps, False, self.options.jit_compile)
         if distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy):
             note = "not tuned: under several workers each would choose from its own timings"
             found = tuning.Tuning(seconds=0.0, choices={}, gains={}, notes=[note])
             choices.record("tuning", "none", note)
             return found
-        parts = tuning.key_parts(
-            model=self.model,
-            spec=source.spec(),
-            strategy=self.strategy,
-            devices=devices,
-            knobs=options.knobs,
-            batch=self.global_batch,
-        )
+        parts = self._key_parts(options.knobs)
         key = tuning.key_of(parts)
         path = tuning.kept_path(
             checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=key
@@ -337,13 +315,11 @@ class Trainer:
                 bench,
                 model=self.model,
                 options=options,
-                default=default,
+                default=self._untuned(),
                 batch=self.global_batch,
                 run_steps=steps if steps is not None else (epochs or 1) * per_epoch if per_epoch else None,
                 fixed_steps=self.options.steps_per_execution is not None,
-                xla_refused="replicas on logical CPU devices share one XLA device"
-                if len(devices) > 1 and distribute.on_host_cpu(devices)
-                else None,
+                xla_refused=self._xla_refused(),
             )
             started = time.perf_counter()
             with timing.restored(self.model):
@@ -354,44 +330,51 @@ class Trainer:
             )
             if options.keep and self.is_chief:
                 tuning.save(path, parts, found)
-        self._apply_tuning(
-            tuning.config_of(found, default), why=f"kept from {found.reused}" if found.reused else "measured"
-        )
-        chosen = ", ".join(f"{k}={v}" for k, v in found.choices.items()) or "as configured"
-        choices.record("tuning", chosen, f"kept from {found.reused}" if found.reused else "measured")
+        config = tuning.config_of(found, self._untuned())
+        self._apply_tuning(found, config, why=f"kept from {found.reused}" if found.reused else "measured")
         log.info("%s", found.line())
         return found
 
     def _use_saved(self, path: str) -> None:
         """Train with a saved tuning's choice (``tfgpu train --config``); say what differs from
         the run it was measured on (it is used all the same: the user asked for it)."""
-        from tfgpu.train import tuning
+        found = dataclasses.replace(tuning.read(path), notes=[])  # its own notes were its measurement's
+        changed = tuning.differences(found.parts, self._key_parts(tuple(found.choices)))
+        if changed:
+            found.notes.append(f"measured for another run: {', '.join(changed)} differ")
+        config = tuning.config_of(found, self._untuned())
+        refused = self._xla_refused()
+        if config.jit_compile and refused:
+            found.notes.append(f"XLA not used: {refused}")
+            config = dataclasses.replace(config, jit_compile=False)
+        self._apply_tuning(found, config, why=f"from {path}")
+        self._tuning = found
 
-        found = tuning.read(path)
+    def _key_parts(self, knobs: tuple[str, ...]) -> dict[str, str]:
+        """What a tuning of this run depends on (``tuning.key_parts``)."""
         devices, _ = distribute.replica_devices(self.strategy)
-        now = tuning.key_parts(
+        return tuning.key_parts(
             model=self.model,
             spec=self._inputs["train"].spec(),
             strategy=self.strategy,
             devices=devices,
-            knobs=tuple(found.choices),
+            knobs=knobs,
             batch=self.global_batch,
         )
-        changed = tuning.differences(found.parts, now)
-        if changed:
-            found.notes.append(f"measured for another run: {', '.join(changed)} differ")
-        default = tuning.Config(self.options.execution_steps, False, self.options.jit_compile)
-        config = tuning.config_of(found, default)
-        if config.jit_compile and len(devices) > 1 and distribute.on_host_cpu(devices):
-            found.notes.append("XLA not used: replicas on logical CPU devices share one XLA device")
-            config = dataclasses.replace(config, jit_compile=False)
-        self._apply_tuning(config, why=f"from {path}")
-        self._tuning = found
-        choices.record("tuning", ", ".join(f"{k}={v}" for k, v in found.choices.items()), f"from {path}")
 
-    def _apply_tuning(self, config: Any, *, why: str) -> None:
-        from tfgpu.train import tuning
+    def _untuned(self) -> tuning.Config:
+        """The run's configuration as asked for, before any tuning."""
+        return tuning.Config(self.options.execution_steps, False, self.options.jit_compile)
 
+    def _xla_refused(self) -> str | None:
+        """Why XLA cannot compile this run's step (None: it can)."""
+        devices, _ = distribute.replica_devices(self.strategy)
+        if len(devices) > 1 and distribute.on_host_cpu(devices):
+            return "replicas on logical CPU devices share one XLA device"
+        return None
+
+    def _apply_tuning(self, found: tuning.Tuning, config: tuning.Config, *, why: str) -> None:
+        """Train with ``config`` (what ``found`` chose) from here on; the choices say so, and why."""
         k = config.steps_per_execution
         if k != self.options.execution_steps:
             choices.record("steps_per_execution", k, f"tuned ({why})")
@@ -403,6 +386,8 @@ class Trainer:
         )
         if config.input:
             self._inputs["train"].set_tf_options(tuning.input_options())
+        chosen = ", ".join(f"{knob}={value}" for knob, value in found.choices.items())
+        choices.record("tuning", chosen or "as configured", why)
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(
@@ -483,7 +468,7 @@ class Trainer:
         if source.caches and not run.trained_any:  # this pass reads the source and fills the cache
             run.warm_epoch(epoch, "filled the cache")
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
-            self._function("skip")(iterator, self._constant(skip))
+            self._function("skip")(iterator, timing.limit(skip))
         ended = False
         try:
             ended = self._train_steps(
@@ -543,7 +528,7 @@ class Trainer:
         import tensorflow as tf
 
         try:
-            return execute(iterator, self._constant(limit))
+            return execute(iterator, timing.limit(limit))
         except tf.errors.ResourceExhaustedError:
             raise out_of_memory(
                 self.model, self.strategy, batch=self.task.batch_size, global_batch=self.global_batch

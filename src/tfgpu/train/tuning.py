@@ -221,6 +221,23 @@ class Bench:
         return timing.examples(outputs) / max(seconds, 1e-9), loss
 
 
+TRIAL_COLUMNS = ("knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread")
+
+
+def trial_row(trial: dict[str, Any]) -> list[str]:
+    """One trial (``Tuner.compare``'s record) as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
+    low, high = trial["spread"]
+    return [
+        {"steps_per_execution": "K", "jit_compile": "XLA"}.get(trial["knob"], trial["knob"]),
+        short(trial["baseline"]),
+        short(trial["candidate"]),
+        f"{trial['baseline_examples_per_s']:,.0f}",
+        f"{trial['candidate_examples_per_s']:,.0f}",
+        f"{trial['ratio']:.2f}x",
+        f"{low:.2f}-{high:.2f}",
+    ]
+
+
 def short(label: str) -> str:
     """A configuration's label (``Config.label``) for a table cell or a plot: ``K=64 +input +XLA``."""
     return (
@@ -439,24 +456,15 @@ def load(path: Path, parts: dict[str, str]) -> tuple[Tuning | None, str]:
     if not path.exists():
         return None, ""
     try:
-        saved = json.loads(path.read_text())
-        saved_parts = saved["parts"]
-    except (ValueError, KeyError, OSError):
+        found = read(path)
+    except ConfigError:
         return None, f"re-tuned: {path} could not be read"
-    changed = [name for name in parts if saved_parts.get(name) != parts[name]]
+    if not found.parts:
+        return None, f"re-tuned: {path} could not be read"
+    changed = [name for name in parts if found.parts.get(name) != parts[name]]
     if changed:
         return None, f"re-tuned: {', '.join(changed)} changed since {path}"
-    tuning = Tuning(
-        seconds=0.0,
-        choices=saved["choices"],
-        gains=saved["gains"],
-        trials=saved.get("trials", []),
-        notes=saved.get("notes", []),
-        reused=str(path),
-        key=key_of(parts),
-        parts=parts,
-    )
-    return tuning, ""
+    return dataclasses.replace(found, key=key_of(parts)), ""
 
 
 def save(path: Path, parts: dict[str, str], tuning: Tuning) -> None:
@@ -468,8 +476,8 @@ def save(path: Path, parts: dict[str, str], tuning: Tuning) -> None:
 
 
 def read(path: str | Path) -> Tuning:
-    """A saved tuning (``tfgpu tune``'s file, or a kept ``tfgpu-tuning.json``), for
-    ``tfgpu train --config``: trained with as it chose, without measuring."""
+    """A saved tuning (``tfgpu tune``'s file, or a kept ``tfgpu-tuning.json``), checked: what
+    ``load`` reuses and ``tfgpu train --config`` trains with."""
     path = Path(path)
     try:
         saved = json.loads(path.read_text())
@@ -489,7 +497,7 @@ def read(path: str | Path) -> Tuning:
         choices=chosen,
         gains=saved.get("gains", {}),
         trials=saved.get("trials", []),
-        notes=[],
+        notes=list(saved.get("notes", [])),
         reused=str(path),
         key=saved.get("key", ""),
         parts=parts,
