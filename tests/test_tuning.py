@@ -415,6 +415,7 @@ def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
     for args, match in (
         (("tune", f"{TASKS}:make_task", "--knobs", "warp"), "knob names"),
         (("tune",), "a Task, or a model and a dataset"),
+        (("tune", f"{TASKS}:make_task", "--out", str(tmp_path)), "--out must name a file"),
         (
             ("train", f"{TASKS}:make_task", "--config", str(tmp_path / "none.json")),
             "not a tuning tfgpu wrote",

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.cli import _common
-from tfgpu.errors import InputError
+from tfgpu.errors import ConfigError, InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -58,12 +58,18 @@ def _task(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from tfgpu.train import Trainer, TrainOptions, tuning
 
+    out = Path(args.out)
+    if out.is_dir():  # refused before measuring, not after
+        raise ConfigError(
+            "--out must name a file, and this is a directory",
+            value=str(out),
+            fix=f"pass --out {out / tuning.FILE}",
+        )
     knobs = tuple(args.knobs.split(",")) if args.knobs else tuning.KNOBS
     options = TrainOptions(tune=tuning.TuneOptions(knobs=knobs, budget_s=args.budget, keep=False))
     trainer = Trainer(_task(args), options=options)
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
     found = trainer.tune(epochs=epochs, steps=args.steps)
-    out = Path(args.out)
     if trainer.is_chief:
         tuning.save(out, found.parts, found)
     if args.json:
