@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 
 import keras
@@ -20,29 +22,45 @@ from tfgpu.train.tuning import Config, TuneOptions, Tuner
 
 
 class FakeBench:
-    """A step whose rate is known for each configuration (no clock): ``rates(config)``."""
+    """A step whose rate (and loss) is known for each configuration (no clock): ``rates(config)``,
+    ``losses(config)``; a rate of None: the configuration does not fit in memory."""
 
-    def __init__(self, rates, *, max_steps=None):
-        self.rates, self.max_steps, self.calls = rates, max_steps, []
+    def __init__(self, rates, *, max_steps=None, losses=lambda config: 1.0):
+        self.rates, self.steps, self.losses, self.calls = rates, max_steps, losses, []
 
     def rate(self, config, steps):
         self.calls.append(config)
-        return self.rates(config), 1.0
+        rate = self.rates(config)
+        if rate is None:
+            raise tuning.DoesNotFit("out of memory")
+        return rate, self.losses(config)
+
+    def max_steps(self, config):
+        return self.steps(config) if callable(self.steps) else self.steps
+
+    def model(self, config):
+        return None
 
 
 DEFAULT = Config(100)  # one call per log window of 100 steps, the run's own default
 
 
-def tuner(bench, *, default=DEFAULT, knobs=tuning.KNOBS, fixed=False, xla=None):
+STEP_KNOBS = ("steps_per_execution", "input", "jit_compile")
+
+
+def tuner(
+    bench, *, default=DEFAULT, knobs=STEP_KNOBS, fixed=False, xla=None, replicas=1, switch=False, **refused
+):
     return Tuner(
         bench,
         model=None,
-        options=TuneOptions(knobs=knobs, budget_s=1e9),
+        options=TuneOptions(knobs=knobs, budget_s=1e9, switch_devices=switch),
         default=default,
         batch=32,
         run_steps=None,
         fixed_steps=fixed,
-        xla_refused=xla,
+        refused={**({"jit_compile": xla} if xla else {}), **refused},
+        replicas=replicas,
     )
 
 
@@ -210,7 +228,7 @@ def test_bad_tuning_is_one_message():
         (True, 0, "positive number of seconds"),
         (True, -1.0, "positive number of seconds"),
         ("warp", None, "knob names"),
-        (("precision",), None, "cannot set precision yet"),
+        (("batch_size",), None, "tuned with batch_size='auto'"),
         (None, 5, "needs tune=True"),
     ):
         with pytest.raises(ConfigError, match=match):
@@ -425,3 +443,216 @@ def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
         assert bad.returncode == 2 and match in bad.stderr and "Traceback" not in bad.stderr, bad.stderr[
             -1500:
         ]
+
+
+# -- precision, batch_size="auto", devices -----------------------------------------------------------
+def grows_until(limit, *, fits=None):
+    """Examples/s proportional to the global batch up to ``limit`` (then flat); a batch above
+    ``fits`` does not fit in memory."""
+
+    def rates(config):
+        batch = config.batch or 32
+        if fits is not None and batch > fits:
+            return None
+        return 100.0 * min(batch, limit)
+
+    return rates
+
+
+def test_the_batch_doubles_while_it_gains_and_stops_where_it_does_not():
+    found = tuner(FakeBench(grows_until(256)), knobs=("batch_size",))
+    config, choices, gains = found.run()
+    assert config.batch == 256 and choices == {"batch_size": 256} and gains["batch_size"] == pytest.approx(8)
+    assert [t["candidate"] for t in found.trials if t["knob"] == "batch_size"][-1].endswith("batch 512")
+    assert any("batch 512 gains 1.00x over 256, less than 5%: 256 kept" in n for n in found.notes)
+    assert "batch_size=256 (8.00x)" in tuning.Tuning(1.0, choices, gains).line()
+
+
+def test_the_batch_stops_below_the_first_that_does_not_fit():
+    found = tuner(FakeBench(grows_until(4096, fits=128)), knobs=("batch_size",))
+    config, choices, _ = found.run()
+    assert config.batch == 128 and choices == {"batch_size": 128}
+    assert "batch 256 does not fit in device memory" in found.notes
+
+
+def test_a_batch_the_data_cannot_fill_or_batched_data_is_not_tried():
+    batches = FakeBench(grows_until(4096), max_steps=lambda config: 96 // (config.batch or 32))
+    found = tuner(batches, default=Config(1), knobs=("batch_size",))
+    assert found.run()[1] == {"batch_size": 32}
+    assert found.notes == ["batch 64 not tried: the data holds 1 batches of it"]
+    refused = tuner(FakeBench(grows_until(4096)), knobs=("batch_size",), batch_size="it is batched")
+    assert refused.run()[1] == {"batch_size": 32} and refused.trials == []
+    assert refused.notes == ["batch size not tuned: it is batched"]
+
+
+def one_device_faster(config):
+    return 1500.0 if config.devices == 1 else 1000.0
+
+
+def test_one_device_faster_than_all_is_said_and_switched_only_when_allowed():
+    said = tuner(FakeBench(one_device_faster), knobs=("devices",), replicas=2)
+    config, choices, gains = said.run()
+    assert config.devices is None and choices == {"devices": 2} and gains["devices"] == pytest.approx(1 / 1.5)
+    assert any("one device is 1.50x faster than 2: tune='all'" in n for n in said.notes)
+    switched = tuner(FakeBench(one_device_faster), knobs=("devices",), replicas=2, switch=True)
+    config, choices, gains = switched.run()
+    assert config.devices == 1 and choices == {"devices": 1}
+    assert "devices=1 (1.50x over all)" in tuning.Tuning(1.0, choices, gains).line()
+    alone = tuner(FakeBench(one_device_faster), knobs=("devices",), replicas=1, switch=True)
+    assert alone.run()[1] == {} and alone.trials == []  # one replica: nothing to compare
+
+
+def test_mixed_precision_is_kept_when_faster_and_its_loss_tracks_float32():
+    faster = lambda config: 2000.0 if config.precision else 1000.0  # noqa: E731
+    found = tuner(FakeBench(faster), knobs=("precision",))
+    config, choices, _ = found.run()
+    assert config.precision == "mixed_bfloat16" and choices == {"precision": "mixed_bfloat16"}
+    drifts = FakeBench(faster, losses=lambda config: 1.2 if config.precision else 1.0)
+    found = tuner(drifts, knobs=("precision",))
+    config, choices, _ = found.run()
+    assert config.precision is None and choices == {"precision": "float32"}
+    assert any("mixed_bfloat16 faster (2.00x) but its loss differs" in n for n in found.notes)
+    refused = tuner(FakeBench(faster), knobs=("precision",), precision="no GPU with Tensor Cores here")
+    assert refused.run()[1] == {"precision": "float32"} and refused.trials == []
+    assert refused.notes == ["mixed precision not tried: no GPU with Tensor Cores here"]
+
+
+def test_tune_arguments_name_the_knobs():
+    assert TuneOptions.from_arg(True).knobs == tuning.DEFAULT_KNOBS
+    assert not TuneOptions.from_arg(True).switch_devices
+    every = TuneOptions.from_arg("all", auto_batch=True)
+    assert set(every.knobs) == set(tuning.KNOBS) and every.switch_devices
+    assert TuneOptions.from_arg(None, auto_batch=True).knobs == ("batch_size",)
+    assert TuneOptions.from_arg(("devices",)).switch_devices
+    saved = tuning.Tuning(0.0, {"precision": "mixed_bfloat16", "batch_size": 128, "devices": 1}, {})
+    assert tuning.config_of(saved, Config(4)) == Config(4, precision="mixed_bfloat16", batch=128, devices=1)
+
+
+@contextlib.contextmanager
+def said(caplog, text):
+    """The run says ``text`` as a warning of tfgpu's (loudly: shown without verbose)."""
+    with caplog.at_level(logging.WARNING, logger="tfgpu"):
+        yield
+    assert any(text in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records), caplog.text
+
+
+def noisy_data():
+    x, y = linear_data(512)
+    return x, y + np.random.default_rng(1).normal(size=y.shape).astype("float32")
+
+
+def forced(monkeypatch):
+    """Every candidate wins its trials: what the run does with a choice, whatever this machine's clock says."""
+    monkeypatch.setattr(tuning, "decide", lambda ratios, gain=tuning.MIN_GAIN: True)
+
+
+@pytest.mark.heavy
+def test_a_run_switched_to_one_device_trains_as_the_replicas_would(tmp_path, monkeypatch, caplog):
+    """tune='all' on 2 replicas, one device chosen: the run trains a copy on one device with the
+    same global batch, from the untuned state, and the user's model gets its weights: equal to
+    the 2-replica run's; the change is said loudly."""
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    x, y = data()
+    plain = in_scope(local_strategy(2), model)
+    tfgpu.fit(plain, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    forced(monkeypatch)
+    tuned, seen = in_scope(local_strategy(2), model), Seen()
+    with said(caplog, "devices from 2 to 1"):
+        history = tfgpu.fit(
+            tuned,
+            x,
+            y,
+            batch_size=16,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            tune=("devices",),
+            tune_budget_s=2,
+            callbacks=[seen],
+        )
+    found = history.train_result.tuning
+    assert found["choices"] == {"devices": 1} and history.train_result.replicas == 1
+    same_weights(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
+    assert max(e for e in seen.events if isinstance(e, int)) == 31 and len(history.history["loss"]) == 2
+    assert tfgpu.choices.as_dict()["devices"]["value"] == "1"
+
+
+@pytest.mark.heavy
+def test_a_run_switched_to_mixed_precision_trains_a_copy_in_that_policy(tmp_path, monkeypatch, caplog):
+    """tune=('precision',) where the policy may be tried (here bf16 on the CPU, by the test) and
+    wins: the run trains a copy in mixed_bfloat16, its loss tracking float32's, and the user's
+    float32 model gets the trained weights."""
+    from tfgpu.train.loop import Trainer
+
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(Trainer, "_precision_for", lambda self: ("mixed_bfloat16", None))
+    forced(monkeypatch)
+    x, y = noisy_data()
+    plain = in_scope(local_strategy(1), model)
+    tfgpu.fit(plain, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    tuned = in_scope(local_strategy(1), model)
+    with said(caplog, "precision from float32 to mixed_bfloat16"):
+        history = tfgpu.fit(
+            tuned,
+            x,
+            y,
+            batch_size=16,
+            epochs=2,
+            shuffle=False,
+            verbose=0,
+            tune=("precision",),
+            tune_budget_s=2,
+        )
+    assert history.train_result.tuning["choices"] == {"precision": "mixed_bfloat16"}
+    assert tuned.dtype_policy.name == "float32"  # the user's model, given the copy's weights
+    same_weights(tuned.get_weights(), plain.get_weights(), rtol=0.1, atol=0.05)
+    assert not np.allclose(tuned.get_weights()[0], in_scope(local_strategy(1), model).get_weights()[0])
+
+
+@pytest.mark.timing
+def test_batch_size_auto_doubles_a_dispatch_bound_batch(tmp_path, monkeypatch, caplog):
+    """batch_size='auto' on a tiny model one step per call: its step is mostly dispatch, so each
+    doubling of the batch from Keras's 32 nearly doubles examples/s until the data runs short;
+    the run trains in the batch chosen, said loudly."""
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    x, y = data()
+    with said(caplog, "global batch from 32 to"):
+        history = tfgpu.fit(
+            in_scope(local_strategy(1), model),
+            np.tile(x, (8, 1)),
+            np.tile(y, (8, 1)),
+            batch_size="auto",
+            verbose=0,
+            log_every=1,
+            steps_per_execution=1,
+            tune_budget_s=6,
+        )
+    result = history.train_result
+    chosen = result.tuning["choices"]["batch_size"]
+    assert chosen >= 128 and result.global_batch == chosen, result.tuning["trials"]
+    assert result.steps == 4096 // chosen
+    x_ds = __import__("tensorflow").data.Dataset.from_tensor_slices((x, y)).batch(32)
+    with pytest.raises(ConfigError, match=r"cannot batch a tf\.data\.Dataset"):
+        tfgpu.fit(model(), x_ds, batch_size="auto", verbose=0)
+
+
+@pytest.mark.process
+def test_tfgpu_tune_precision_and_an_auto_batch(tmp_path):
+    """tfgpu tune --knobs precision --batch-size auto: mixed precision on a CPU is not tried (said
+    why), the batch chosen is written, and tfgpu train --config trains in it."""
+    from conftest import run_cli
+    from test_train import TASKS
+
+    env = {"TFGPU_LOGICAL_CPUS": "1"}
+    out = tmp_path / "all.json"
+    args = ("--knobs", "precision", "--batch-size", "auto", "--budget", "3", "--out", str(out), "--json")
+    shown = run_cli("tune", f"{TASKS}:make_task", *args, env=env)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    found = json.loads(shown.stdout)
+    assert found["choices"]["precision"] == "float32" and found["choices"]["batch_size"] >= 32
+    assert any("mixed precision not tried: no GPU with Tensor Cores here" in n for n in found["notes"])
+    trained = run_cli("train", f"{TASKS}:make_task", "--steps", "4", "--config", str(out), "--json", env=env)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert json.loads(trained.stdout)["global_batch"] == found["choices"]["batch_size"]
+    bad = run_cli("train", f"{TASKS}:make_task", "--batch-size", "many", env=env)
+    assert bad.returncode == 2 and "whole number or auto" in bad.stderr and "Traceback" not in bad.stderr

@@ -7,8 +7,10 @@ and ``announce()`` logs it once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 log = logging.getLogger("tfgpu")
@@ -30,6 +32,19 @@ def record(name: str, value: object, reason: str = "") -> None:
     """Remember a choice; a later choice of the same name replaces the earlier one."""
     with _lock:
         _choices[name] = Choice(name=name, value=str(value), reason=reason)
+
+
+@contextlib.contextmanager
+def unchanged() -> Iterator[None]:
+    """What is recorded inside is forgotten after: a tuning trial's setup is not the run's choice."""
+    with _lock:
+        saved = dict(_choices)
+    try:
+        yield
+    finally:
+        with _lock:
+            _choices.clear()
+            _choices.update(saved)
 
 
 def all_choices() -> list[Choice]:

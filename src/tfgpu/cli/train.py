@@ -21,7 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     length = p.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int, help="passes over the training data (default 1)")
     length.add_argument("--steps", type=int, help="training steps in all")
-    p.add_argument("--batch-size", type=int, help="per-replica batch (overrides the Task's)")
+    p.add_argument(
+        "--batch-size",
+        type=batch_size_arg,
+        help="per-replica batch (overrides the Task's); auto: doubled while it fits and gains 5%%",
+    )
     p.add_argument(
         "--precision", choices=("auto", "fp32", "bf16", "fp16"), help="mixed precision (auto: by GPU)"
     )
@@ -40,10 +44,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tune",
         nargs="?",
-        const="all",
+        const=True,
+        type=tune_arg,
         metavar="KNOBS",
         help="measure and train with the fastest steps per call, input options and XLA before the first "
-        "epoch, kept for the next run (KNOBS: comma-separated, default all)",
+        "epoch (one device against all: said), kept for the next run (KNOBS: 'all' adds mixed precision "
+        "and may switch to one device, or comma-separated knob names)",
     )
     p.add_argument(
         "--tune-budget", type=float, metavar="S", help="seconds the tuning may take (default 20-60)"
@@ -119,8 +125,31 @@ def _progress_printer(json_mode: bool):
     return show
 
 
-def load_task(reference: str, *, batch_size: int | None = None) -> Any:
-    """The Task that FILE_OR_MODULE:FUNCTION returns, with ``--batch-size`` applied."""
+def batch_size_arg(text: str) -> int | str:
+    """``--batch-size``: a whole number, or ``auto`` (tuned)."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or auto, got {text!r}") from None
+
+
+def tune_arg(text: str) -> str | tuple[str, ...]:
+    """``--tune`` / ``--knobs``: ``all``, or comma-separated knob names (``tuning.TuneOptions``)."""
+    return text if text == "all" else tuple(text.split(","))
+
+
+def tune_options(tune: Any, *, budget: float | None, batch_size: Any) -> Any:
+    """``--tune``, ``--tune-budget`` and ``--batch-size auto`` as ``tuning.TuneOptions``."""
+    from tfgpu.train.tuning import TuneOptions
+
+    return TuneOptions.from_arg(tune, budget, auto_batch=batch_size == "auto")
+
+
+def load_task(reference: str, *, batch_size: int | str | None = None) -> Any:
+    """The Task that FILE_OR_MODULE:FUNCTION returns, with ``--batch-size`` applied (``auto``:
+    the Task's own, the start of the tuning's doubling)."""
     from tfgpu.loader import load_function
     from tfgpu.train import Task
 
@@ -131,7 +160,7 @@ def load_task(reference: str, *, batch_size: int | None = None) -> Any:
             value=reference,
             fix="return tfgpu.Task(model=..., loss=..., train_data=...)",
         )
-    return dataclasses.replace(task, batch_size=batch_size) if batch_size else task
+    return dataclasses.replace(task, batch_size=batch_size) if isinstance(batch_size, int) else task
 
 
 def run(args: argparse.Namespace) -> int:
@@ -159,11 +188,8 @@ def run(args: argparse.Namespace) -> int:
         _watch_service(
             args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
         )
-    from tfgpu.train.tuning import TuneOptions
-
-    knobs = None if args.tune is None else (True if args.tune == "all" else tuple(args.tune.split(",")))
     options = TrainOptions(
-        tune=TuneOptions.from_arg(knobs, args.tune_budget),
+        tune=tune_options(args.tune, budget=args.tune_budget, batch_size=args.batch_size),
         tuning_file=args.config,
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,

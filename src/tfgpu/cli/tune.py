@@ -4,17 +4,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from tfgpu.cli import _common
+from tfgpu.cli.train import batch_size_arg, tune_arg, tune_options
 from tfgpu.errors import ConfigError, InputError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "tune",
-        help="measure the fastest steps per call, input options and XLA for a run; write them for tfgpu train --config",
+        help="measure the fastest steps per call, input options, XLA (and with --knobs all: mixed precision, "
+        "one device against all) for a run; write them for tfgpu train --config",
     )
     p.add_argument("task", nargs="?", help="FILE_OR_MODULE:FUNCTION returning a tfgpu.Task")
     p.add_argument(
@@ -23,12 +26,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--dataset", help="FILE_OR_MODULE:FUNCTION returning the batched tf.data.Dataset you train on"
     )
-    p.add_argument("--knobs", metavar="KNOBS", help="comma-separated knobs to tune (default all)")
+    p.add_argument(
+        "--knobs",
+        type=tune_arg,
+        default=True,
+        metavar="KNOBS",
+        help="comma-separated knobs to tune, or all (default: steps_per_execution, input, jit_compile, devices)",
+    )
     p.add_argument("--budget", type=float, metavar="S", help="seconds the tuning may take (default 20-60)")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--epochs", type=int, help="the run to come, in epochs (sets the default budget)")
     length.add_argument("--steps", type=int, help="the run to come, in steps (sets the default budget)")
-    p.add_argument("--batch-size", type=int, help="per-replica batch (overrides the Task's)")
+    p.add_argument(
+        "--batch-size",
+        type=batch_size_arg,
+        help="per-replica batch (overrides the Task's); auto: doubled while it fits and gains 5%%",
+    )
     p.add_argument(
         "--out",
         default="tfgpu-tuning.json",
@@ -65,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             value=str(out),
             fix=f"pass --out {out / tuning.FILE}",
         )
-    knobs = tuple(args.knobs.split(",")) if args.knobs else tuning.KNOBS
-    options = TrainOptions(tune=tuning.TuneOptions(knobs=knobs, budget_s=args.budget, keep=False))
+    asked = tune_options(args.knobs, budget=args.budget, batch_size=args.batch_size)
+    options = TrainOptions(tune=dataclasses.replace(asked, keep=False))
     trainer = Trainer(_task(args), options=options)
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
     found = trainer.tune(epochs=epochs, steps=args.steps)

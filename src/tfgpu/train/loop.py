@@ -167,6 +167,7 @@ class Trainer:
         self._warm = False  # the training function has run once (traced and instantiated)
         self._last: dict[str, Any] | None = None  # the last execution's accumulators
         self._tuning: Any = None  # what tune=True chose (tuning.Tuning), once per Trainer
+        self._trials: dict[tuple[int, int, str | None], Trainer] = {}  # tuning's other setups
 
     def _checkpointed(self) -> None:
         """Checkpoints of model, optimizer and counters; restore the latest one there is."""
@@ -293,7 +294,7 @@ class Trainer:
         """Measure, choose and keep the fastest configuration (``train.tuning``), then train with it."""
         options = self.options.tune
         source = self._inputs["train"]
-        if distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy):
+        if self._several_workers():
             note = "not tuned: under several workers each would choose from its own timings"
             found = tuning.Tuning(seconds=0.0, choices={}, gains={}, notes=[note])
             choices.record("tuning", "none", note)
@@ -307,10 +308,21 @@ class Trainer:
         if found is None:
             per_epoch = source.steps_per_epoch or source.known_length()
             bench = tuning.Bench(
-                iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-                execution=lambda c: self._function("train", jit_compile=c.jit_compile),
-                max_steps=per_epoch,
+                iterator=lambda c: (
+                    self._trial(c)
+                    ._inputs["train"]
+                    .trial_iterator(tuning.input_options() if c.input else None)
+                ),
+                execution=lambda c: self._trial(c)._function("train", jit_compile=c.jit_compile),
+                max_steps=self._trial_steps,
+                model=lambda c: self._trial(c).model,
             )
+            policy, precision_refused = self._precision_for()
+            refused = {
+                "jit_compile": self._xla_refused(),
+                "precision": precision_refused,
+                "batch_size": self._batch_refused(),
+            }
             tuner = tuning.Tuner(
                 bench,
                 model=self.model,
@@ -319,7 +331,9 @@ class Trainer:
                 batch=self.global_batch,
                 run_steps=steps if steps is not None else (epochs or 1) * per_epoch if per_epoch else None,
                 fixed_steps=self.options.steps_per_execution is not None,
-                xla_refused=self._xla_refused(),
+                refused={k: why for k, why in refused.items() if why},
+                policy=policy,
+                replicas=self.replicas,
             )
             started = time.perf_counter()
             with timing.restored(self.model):
@@ -332,8 +346,75 @@ class Trainer:
                 tuning.save(path, parts, found)
         config = tuning.config_of(found, self._untuned())
         self._apply_tuning(found, config, why=f"kept from {found.reused}" if found.reused else "measured")
+        self._trials = {}  # the trial copies are not needed again
         log.info("%s", found.line())
         return found
+
+    def _trial(self, config: tuning.Config) -> Trainer:
+        """The Trainer that runs ``config``'s trials: this one, or (made once, kept while tuning)
+        one for another global batch, on one device, or on a copy of the model in mixed precision.
+        Its setup records no choice of this run's."""
+        key = (config.batch or self.global_batch, config.devices or self.replicas, config.precision)
+        if key == (self.global_batch, self.replicas, None):
+            return self
+        trials = self._trials
+        if key not in trials:
+            batch, devices, policy = key
+            strategy = self.strategy
+            if devices != self.replicas:
+                import tensorflow as tf
+
+                strategy = tf.distribute.OneDeviceStrategy(distribute.replica_devices(self.strategy)[0][0])
+            model = self.model
+            with choices.unchanged():
+                if strategy is not self.strategy or policy is not None:
+                    model = model_setup.copy_in(self.model, strategy, policy=policy)
+                task = dataclasses.replace(
+                    self.task,
+                    model=lambda: model,
+                    loss=None,
+                    metrics=(),
+                    batch_size=batch // int(strategy.num_replicas_in_sync),
+                    callbacks=(),
+                )
+                trials[key] = Trainer(task, strategy=strategy, options=TrainOptions(monitor_gpus=False))
+        return trials[key]
+
+    def _trial_steps(self, config: tuning.Config) -> int | None:
+        """The steps one pass over the data gives in ``config``'s batch (0: not one batch)."""
+        try:
+            source = self._trial(config)._inputs["train"]
+        except ConfigError:  # fewer rows than one batch of it
+            return 0
+        return source.steps_per_epoch or source.known_length()
+
+    def _precision_for(self) -> tuple[str, str | None]:
+        """(the mixed policy to try, why it cannot be tried here: None when it can): bf16 on GPUs
+        with Tensor Cores that take it (compute capability 8.0+), fp16 on 7.x, none elsewhere."""
+        import tensorflow as tf
+
+        built = self.model.dtype_policy.name
+        if built != "float32":
+            return built, f"the model is built in {built} already"
+        devices, _ = distribute.replica_devices(self.strategy)
+        if distribute.on_host_cpu(devices):
+            return "mixed_bfloat16", "no GPU with Tensor Cores here (mixed precision is slower on CPUs)"
+        gpus = tf.config.list_physical_devices("GPU")
+        capability = min(
+            (
+                tuple(tf.config.experimental.get_device_details(g).get("compute_capability", (0, 0)))
+                for g in gpus
+            ),
+            default=(0, 0),
+        )
+        if capability >= (8, 0):
+            return "mixed_bfloat16", None
+        if capability >= (7, 0):
+            return "mixed_float16", None
+        return (
+            "mixed_float16",
+            f"GPU compute capability {capability[0]}.{capability[1]}: no Tensor Cores (7.0+)",
+        )
 
     def _use_saved(self, path: str) -> None:
         """Train with a saved tuning's choice (``tfgpu train --config``); say what differs from
@@ -347,6 +428,11 @@ class Trainer:
         if config.jit_compile and refused:
             found.notes.append(f"XLA not used: {refused}")
             config = dataclasses.replace(config, jit_compile=False)
+        moves = {"precision": config.precision, "batch_size": config.batch, "devices": config.devices}
+        if self._several_workers() and any(v is not None for v in moves.values()):
+            left = ", ".join(k for k, v in moves.items() if v is not None)
+            found.notes.append(f"{left} not used: under several workers only steps, input and XLA are")
+            config = dataclasses.replace(config, precision=None, batch=None, devices=None)
         self._apply_tuning(found, config, why=f"from {path}")
         self._tuning = found
 
@@ -366,6 +452,18 @@ class Trainer:
         """The run's configuration as asked for, before any tuning."""
         return tuning.Config(self.options.execution_steps, False, self.options.jit_compile)
 
+    def _several_workers(self) -> bool:
+        return distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy)
+
+    def _batch_refused(self) -> str | None:
+        """Why tuning cannot change the batch (None: it can): data that comes batched."""
+        data = self.task.train_data
+        if isinstance(data, _dataset_type()):
+            return "the tf.data.Dataset is batched already"
+        if callable(data) and not inputs.takes_batch(data):
+            return "the data function batches its data itself (it takes no batch size)"
+        return None
+
     def _xla_refused(self) -> str | None:
         """Why XLA cannot compile this run's step (None: it can)."""
         devices, _ = distribute.replica_devices(self.strategy)
@@ -375,6 +473,9 @@ class Trainer:
 
     def _apply_tuning(self, found: tuning.Tuning, config: tuning.Config, *, why: str) -> None:
         """Train with ``config`` (what ``found`` chose) from here on; the choices say so, and why."""
+        moved = (config.batch or self.global_batch, config.devices or self.replicas, config.precision)
+        if moved != (self.global_batch, self.replicas, None):
+            self._switch(config, why=why)
         k = config.steps_per_execution
         if k != self.options.execution_steps:
             choices.record("steps_per_execution", k, f"tuned ({why})")
@@ -388,6 +489,36 @@ class Trainer:
             self._inputs["train"].set_tf_options(tuning.input_options())
         chosen = ", ".join(f"{knob}={value}" for knob, value in found.choices.items())
         choices.record("tuning", chosen or "as configured", why)
+
+    def _switch(self, config: tuning.Config, *, why: str) -> None:
+        """Train in ``config``'s batch, on one device or in mixed precision from here on: this
+        Trainer set up again around the trial's model (a copy made from this model's state now,
+        which is the untuned run's: trials are restored) and strategy. Said loudly: the batch is
+        the user's to know (the learning rate stays as given)."""
+        trial = self._trial(config)
+        model = trial.model
+        if model is not self.model:
+            model.set_weights(self.model.get_weights())
+            model_setup.copy_optimizer_state(self.model, model, strategy=trial.strategy)
+        before = (self.global_batch, self.replicas, self.model.dtype_policy.name)
+        task = dataclasses.replace(
+            self.task, model=lambda: model, loss=None, metrics=(), batch_size=trial.task.batch_size
+        )
+        options, tuned, backup = self.options, self._tuning, self.backup
+        self.__init__(
+            task,
+            strategy=trial.strategy,
+            options=dataclasses.replace(options, tuning_file=None),
+            on_progress=self.on_progress,
+        )
+        self.options, self._tuning, self.backup = options, tuned, backup
+        after = (self.global_batch, self.replicas, self.model.dtype_policy.name)
+        for name, old, new in zip(("global_batch", "devices", "precision"), before, after, strict=True):
+            if old != new:
+                choices.record(name, new, f"tuned from {old} ({why})")
+                log.warning(
+                    "tfgpu tuning changed the %s from %s to %s (%s)", name.replace("_", " "), old, new, why
+                )
 
     # -- fit -----------------------------------------------------------------------------------
     def fit(
@@ -414,6 +545,10 @@ class Trainer:
             and self._counters == {"step": 0, "epoch": 0, "epoch_step": 0}
         ):
             self._counters["epoch"] = initial_epoch
+        if self.options.tune is not None and self._tuning is None:
+            self.tune(epochs=epochs, steps=steps)  # before the callbacks: it may change the model
+            if verbose and self.is_chief:
+                print(self._tuning.line())  # before the progress bars, as Keras prints its own
         callbacks = callback_setup.callback_list(
             self.task.callbacks,
             model=self.model,
@@ -422,10 +557,6 @@ class Trainer:
             epochs=epochs if epochs is not None else 1,
             steps=self._inputs["train"].steps_per_epoch,
         )
-        if self.options.tune is not None and self._tuning is None:
-            self.tune(epochs=epochs, steps=steps)
-            if verbose and self.is_chief:
-                print(self._tuning.line())  # before the progress bars, as Keras prints its own
         if distribute.is_parameter_server(self.strategy):
             return self._fit_parameter_server(
                 epochs=epochs,

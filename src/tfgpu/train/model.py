@@ -16,8 +16,11 @@ Keras 3.15):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import weakref
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tfgpu import choices
@@ -186,20 +189,32 @@ def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> N
         variable.assign(value)
 
 
-def _clone(model: Any, strategy: Any) -> Any:
+def copy_in(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
+    """A new copy of ``model`` (compiled as it is, holding its weights now) in ``strategy``'s scope,
+    its layers in the dtype ``policy`` (a Keras policy name; None: as they are): what tuning
+    times on one device or in mixed precision, and trains with when that is chosen. Keras's
+    ``compile`` wraps the optimizer for loss scaling itself when the policy is mixed_float16."""
+    return _clone(model, strategy, policy=policy)
+
+
+def _clone(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
     import keras
 
     _build_as_first_call(model)
     weights = model.get_weights()  # outside the scope: a sub-model's may belong to another strategy
-    with strategy.scope():
-        clone = keras.models.clone_model(model, clone_function=_clone_layer)
+    compiled = model.get_compile_config()  # outside too: it reads the optimizer's variables
+    with strategy.scope(), _policy(policy), _compile_config_given(model, compiled):
+        clone = keras.models.clone_model(
+            model,
+            clone_function=_clone_layer if policy is None else functools.partial(_clone_layer, policy=policy),
+        )
         if not clone.built and model.built and _input_shape(model) is not None:
             clone.build(_input_shape(model))  # a Sequential without Input, built by its first call
         _copy_trainable(model, clone)
         remat.copy_modes(model, clone)
         clone.set_weights(weights)
         _copy_adapted_state(model, clone)
-        clone.compile_from_config(model.get_compile_config())
+        clone.compile_from_config(compiled)
     return clone
 
 
@@ -234,11 +249,43 @@ def _idf(layer: Any) -> Any:
     return np.asarray(owner.idf_weights)[: len(layer.get_vocabulary())]
 
 
-def _clone_layer(layer: Any) -> Any:
+@contextlib.contextmanager
+def _compile_config_given(model: Any, config: Any) -> Iterator[None]:
+    """``model.get_compile_config()`` answers ``config`` (read before) while it is cloned: Keras's
+    ``clone_model`` reads it inside the clone's scope, where the optimizer's variables of a model
+    made under another strategy cannot be read ("Mixing different tf.distribute.Strategy")."""
+    object.__setattr__(model, "get_compile_config", lambda: config)
+    try:
+        yield
+    finally:
+        object.__delattr__(model, "get_compile_config")
+
+
+@contextlib.contextmanager
+def _policy(policy: str | None) -> Iterator[None]:
+    """Keras's global dtype policy set to ``policy`` while a copy is made (the model object takes
+    it, and ``compile`` looks at it), and set back after."""
+    import keras
+
+    if policy is None:
+        yield
+        return
+    before = keras.config.dtype_policy()
+    keras.config.set_dtype_policy(policy)
+    try:
+        yield
+    finally:
+        keras.config.set_dtype_policy(before)
+
+
+def _clone_layer(layer: Any, *, policy: str | None = None) -> Any:
     """Keras's own clone of a layer (``from_config(get_config())``), or, for a config holding a
     function of the user's (TextVectorization's ``standardize`` in keras-io's text example:
-    "Could not parse config: <function custom_standardization>"), the layer made from it."""
+    "Could not parse config: <function custom_standardization>"), the layer made from it;
+    in the dtype ``policy`` when one is given."""
     config = layer.get_config()
+    if policy is not None and "dtype" in config:
+        config["dtype"] = policy
     try:
         return type(layer).from_config(config)
     except TypeError:

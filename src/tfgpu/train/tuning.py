@@ -10,7 +10,17 @@ and trains with the fastest. The knobs, in the order that usually matters:
   (deterministic order kept), batching in parallel, autotuned buffers, a prefetch injected;
 - ``jit_compile``: XLA, kept only when faster *and* the loss over the same batches from the same
   state agrees with the step without it (relative 1e-3); a model XLA cannot compile keeps the
-  step as it is, with the first line of XLA's error.
+  step as it is, with the first line of XLA's error;
+- ``precision`` (only when asked: ``tune="all"`` or named): mixed bf16 (fp16 on GPUs before
+  Ampere) on GPUs with Tensor Cores, on a copy of the model made in that policy; kept only when
+  faster *and* the loss after the same steps from the same weights tracks float32's (relative
+  5%); elsewhere not tried, and said why;
+- ``batch_size`` (only with ``batch_size="auto"``): the global batch doubled while a doubling
+  fits in memory and gains at least 5%; the learning rate stays the user's, the change is said
+  loudly;
+- ``devices``: all the strategy's replicas against one device with the same global batch (a
+  model too small to gain from several GPUs runs faster on one); measured and said by
+  ``tune=True``, switched only when allowed (``tune="all"`` or named).
 
 Each choice is made from paired, interleaved rounds (A B, B A, A B: these machines drift and are
 bimodal), and taken only when every round's ratio favours it (its spread clears 1) and the median
@@ -25,8 +35,7 @@ tfgpu's cache (``TFGPU_CACHE_DIR``) under a key of the model's structure, the da
 the strategy, the devices, the versions and the knobs; a run with the same key reuses it without
 measuring, a changed key re-tunes and says what changed.
 
-Not built yet (the issue's other knobs): mixed precision, ``batch_size="auto"``, the number of
-devices; asking for them is refused with that said. Several workers (MultiWorkerMirrored,
+Several workers (MultiWorkerMirrored,
 ParameterServer) are not tuned: every worker would have to make the same choice from its own
 timings; the run says so and trains as configured.
 """
@@ -38,19 +47,24 @@ import hashlib
 import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import ConfigError
 
-KNOBS = ("steps_per_execution", "input", "jit_compile")
-NOT_BUILT = ("precision", "batch_size", "devices")
+KNOBS = ("steps_per_execution", "input", "jit_compile", "precision", "batch_size", "devices")
+DEFAULT_KNOBS = ("steps_per_execution", "input", "jit_compile", "devices")  # tune=True
+ALL_KNOBS = tuple(k for k in KNOBS if k != "batch_size")  # tune="all"; batch: batch_size="auto"
 STEPS = (1, 4, 16, 64, 256, 1024)
 MIN_GAIN = 1.03  # a choice must gain at least this (median of the paired rounds)
+MIN_BATCH_GAIN = 1.05  # a doubling of the batch must gain at least this
+MAX_DOUBLINGS = 8
 ROUNDS = 3
 LOSS_RTOL = 1e-3  # XLA's loss against the step without it, over the same batches
+POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
+PRECISION_RTOL = 0.05  # mixed precision's loss against float32's, after the same steps
 BUDGET_FLOOR_S, BUDGET_CAP_S, BUDGET_SHARE = 20.0, 60.0, 0.05
 FILE = "tfgpu-tuning.json"
 
@@ -60,24 +74,22 @@ class TuneOptions:
     """What ``tune=`` asks for, checked once.
 
     Args:
-        knobs: the knobs to tune (``KNOBS``); ``tune=True`` and ``tune="all"`` take them all.
+        knobs: the knobs to tune (``KNOBS``): ``tune=True`` takes ``DEFAULT_KNOBS`` (the number
+            of devices measured and said, not switched), ``tune="all"`` adds precision and lets
+            the devices switch; ``batch_size`` is added by ``batch_size="auto"``.
         budget_s: seconds the measurement may take; None: the larger of 20 s and 5% of the run's
             estimated length, at most 60 s.
         keep: reuse (and save) the choice for the same model, data, strategy and versions.
+        switch_devices: train on one device when it is faster than all (``tune="all"``, or
+            ``"devices"`` named); else that is measured and said only.
     """
 
-    knobs: tuple[str, ...] = KNOBS
+    knobs: tuple[str, ...] = DEFAULT_KNOBS
     budget_s: float | None = None
     keep: bool = True
+    switch_devices: bool = False
 
     def __post_init__(self) -> None:
-        later = [k for k in self.knobs if k in NOT_BUILT]
-        if later:
-            raise ConfigError(
-                f"tune cannot set {', '.join(later)} yet: it tunes {', '.join(KNOBS)}",
-                value=later,
-                fix="leave them out (precision: tfgpu.configure(precision='auto'); batch: tfgpu.find_batch_size)",
-            )
         unknown = [k for k in self.knobs if k not in KNOBS]
         if unknown or not self.knobs:
             raise ConfigError(
@@ -95,19 +107,32 @@ class TuneOptions:
             )
 
     @classmethod
-    def from_arg(cls, tune: Any, budget_s: Any = None) -> TuneOptions | None:
-        """``tfgpu.fit``'s ``tune`` and ``tune_budget_s`` as options (None: no tuning)."""
+    def from_arg(cls, tune: Any, budget_s: Any = None, *, auto_batch: bool = False) -> TuneOptions | None:
+        """``tfgpu.fit``'s ``tune``, ``tune_budget_s`` and ``batch_size="auto"`` as options
+        (None: no tuning). ``batch_size="auto"`` alone tunes the batch only."""
         if tune is None or tune is False:
+            if auto_batch:
+                return cls(knobs=("batch_size",), budget_s=budget_s)
             if budget_s is not None:
                 raise ConfigError("tune_budget_s needs tune=True", value=budget_s, fix="pass tune=True too")
             return None
-        if tune is True or tune == "all":
-            return cls(budget_s=budget_s)
-        if isinstance(tune, str):
-            return cls(knobs=(tune,), budget_s=budget_s)
-        if isinstance(tune, Sequence):
-            return cls(knobs=tuple(tune), budget_s=budget_s)
-        raise ConfigError("tune takes True, 'all', or knob names", value=tune, fix="pass tune=True")
+        batch = ("batch_size",) if auto_batch else ()
+        if tune is True:
+            return cls(knobs=DEFAULT_KNOBS + batch, budget_s=budget_s)
+        if tune == "all":
+            return cls(knobs=ALL_KNOBS + batch, budget_s=budget_s, switch_devices=True)
+        named = (tune,) if isinstance(tune, str) else tuple(tune) if isinstance(tune, Sequence) else None
+        if named is None:
+            raise ConfigError("tune takes True, 'all', or knob names", value=tune, fix="pass tune=True")
+        if "batch_size" in named and not auto_batch:
+            raise ConfigError(
+                "the batch size is tuned with batch_size='auto' (the batch is otherwise the user's)",
+                value=list(named),
+                fix="pass batch_size='auto' (tfgpu train: --batch-size auto) and leave it out of tune",
+            )
+        return cls(
+            knobs=tuple(dict.fromkeys(named + batch)), budget_s=budget_s, switch_devices="devices" in named
+        )
 
 
 @dataclass(frozen=True)
@@ -117,13 +142,23 @@ class Config:
     steps_per_execution: int
     input: bool = False
     jit_compile: bool = False
+    precision: str | None = None  # a mixed policy ("mixed_bfloat16"); None: as the model was built
+    batch: int | None = None  # the global batch; None: the run's
+    devices: int | None = None  # 1: one device; None: all the strategy's replicas
 
     def label(self) -> str:
         return (
             f"steps_per_execution={self.steps_per_execution}"
             + (", input tuned" if self.input else "")
             + (", XLA" if self.jit_compile else "")
+            + (f", {self.precision}" if self.precision else "")
+            + (f", batch {self.batch}" if self.batch else "")
+            + (", 1 device" if self.devices == 1 else "")
         )
+
+
+class DoesNotFit(Exception):
+    """A trial configuration ran out of device memory (``Bench.rate`` raises it)."""
 
 
 @dataclass
@@ -168,13 +203,15 @@ class Tuning:
         for knob, value in self.choices.items():
             gain = self.gains.get(knob)
             shown = (
-                {True: "on", False: "off"}.get(value, value)
-                if knob != "input"
-                else ("tuned" if value else "as given")
+                ("tuned" if value else "as given")
+                if knob == "input"
+                else ({True: "on", False: "off"}[value] if isinstance(value, bool) else value)
             )
             text = f"{knob}={shown}"
-            if gain is not None:
-                text += f" ({gain:.2f}x)" if value not in (False,) else f" ({gain:.2f}x: not taken)"
+            if gain is not None and knob == "devices":
+                text += f" ({gain:.2f}x over {'all' if value == 1 else 1})"
+            elif gain is not None:
+                text += f" ({gain:.2f}x: not taken)" if value in (False, "float32") else f" ({gain:.2f}x)"
             parts.append(text)
         head = (
             f"tfgpu kept the tuning from {self.reused}"
@@ -188,29 +225,41 @@ class Tuning:
 
 
 class Bench:
-    """How to run a configuration: ``iterator(config)`` a fresh iterator of the training data (with
-    the input options when ``config.input``), ``execution(config)`` the compiled execution (with
-    XLA when ``config.jit_compile``), ``max_steps`` the steps an iterator gives at most (None:
-    unbounded)."""
+    """How to run a configuration: ``iterator(config)`` a fresh iterator of the training data (in
+    ``config.batch``, with the input options when ``config.input``), ``execution(config)`` the
+    compiled execution (with XLA when ``config.jit_compile``, on the model copy ``config.precision``
+    or ``config.devices`` asks for), ``max_steps(config)`` the steps an iterator gives at most
+    (None: unbounded), ``model(config)`` the model that configuration trains."""
 
     def __init__(
         self,
         *,
         iterator: Callable[[Config], Any],
         execution: Callable[[Config], Any],
-        max_steps: int | None,
+        max_steps: Callable[[Config], int | None],
+        model: Callable[[Config], Any] = lambda config: None,
     ) -> None:
-        self.iterator, self.execution, self.max_steps = iterator, execution, max_steps
+        self.iterator, self.execution, self.max_steps, self.model = iterator, execution, max_steps, model
 
     def rate(self, config: Config, steps: int) -> tuple[float, float]:
         """(examples/s, the last call's loss) over ``steps`` steps of ``config`` from a fresh
-        iterator, after one untimed call (tracing, the pipeline's first fill)."""
+        iterator, after one untimed call (tracing, the pipeline's first fill). Out of device
+        memory: ``DoesNotFit``."""
+        import tensorflow as tf
+
+        try:
+            return self._rate(config, steps)
+        except tf.errors.ResourceExhaustedError as exc:
+            raise DoesNotFit(_first_line(exc)) from None
+
+    def _rate(self, config: Config, steps: int) -> tuple[float, float]:
         from tfgpu.train import timing
 
         k = config.steps_per_execution
         steps = max(k, steps // k * k)
-        if self.max_steps is not None:
-            steps = max(k, min(steps, (self.max_steps - k) // k * k))
+        limit = self.max_steps(config)
+        if limit is not None:
+            steps = max(k, min(steps, (limit - k) // k * k))
         iterator, execute = self.iterator(config), self.execution(config)
         timing.run(execute, iterator, steps=k, per_call=k)
         seconds, _, outputs = timing.run(execute, iterator, steps=steps, per_call=k)
@@ -228,7 +277,9 @@ def trial_row(trial: dict[str, Any]) -> list[str]:
     """One trial (``Tuner.compare``'s record) as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
     low, high = trial["spread"]
     return [
-        {"steps_per_execution": "K", "jit_compile": "XLA"}.get(trial["knob"], trial["knob"]),
+        {"steps_per_execution": "K", "jit_compile": "XLA", "batch_size": "batch"}.get(
+            trial["knob"], trial["knob"]
+        ),
         short(trial["baseline"]),
         short(trial["candidate"]),
         f"{trial['baseline_examples_per_s']:,.0f}",
@@ -244,18 +295,22 @@ def short(label: str) -> str:
         label.replace("steps_per_execution=", "K=")
         .replace(", input tuned", " +input")
         .replace(", XLA", " +XLA")
+        .replace(", mixed_", " +")
+        .replace(", batch ", " batch=")
+        .replace(", 1 device", " x1")
     )
 
 
-def decide(ratios: list[float]) -> bool:
-    """Take a candidate: every round favours it and the median gains ``MIN_GAIN``."""
-    return bool(ratios) and min(ratios) > 1.0 and statistics.median(ratios) >= MIN_GAIN
+def decide(ratios: list[float], *, gain: float = MIN_GAIN) -> bool:
+    """Take a candidate: every round favours it and the median gains ``gain``."""
+    return bool(ratios) and min(ratios) > 1.0 and statistics.median(ratios) >= gain
 
 
 class Tuner:
     """Runs the trials (see the module docstring) on ``bench``: ``run_steps`` (the run's length,
     when known) sets the default budget, ``fixed_steps`` keeps the steps per call the user chose,
-    ``xla_refused`` says why XLA is not tried (None: it is)."""
+    ``refused`` says why a knob cannot be tried here (``jit_compile``, ``precision``: not tried,
+    said), ``policy`` is the mixed precision to try, ``replicas`` the strategy's."""
 
     def __init__(
         self,
@@ -267,10 +322,13 @@ class Tuner:
         batch: int,
         run_steps: int | None,
         fixed_steps: bool,
-        xla_refused: str | None,
+        refused: Mapping[str, str] | None = None,
+        policy: str = "mixed_bfloat16",
+        replicas: int = 1,
     ) -> None:
         self.bench, self.model, self.options, self.default, self.batch = bench, model, options, default, batch
-        self.run_steps, self.fixed_steps, self.xla_refused = run_steps, fixed_steps, xla_refused
+        self.run_steps, self.fixed_steps, self.refused = run_steps, fixed_steps, dict(refused or {})
+        self.policy, self.replicas = policy, replicas
         self.trials: list[dict[str, Any]] = []
         self.notes: list[str] = []
         self.examples = float(batch)
@@ -282,21 +340,24 @@ class Tuner:
         rate = max(rate, 1e-9)
         estimated = self.run_steps * self.batch / rate if self.run_steps else None
         self.budget_s = budget(self.options, estimated_run_s=estimated)
-        measurements = 2 * ROUNDS * (len(STEPS) + 3)
-        self.examples = max(float(self.batch), 0.8 * self.budget_s * rate / measurements)
+        knobs = self.options.knobs
+        trials = len(STEPS) + 3 + ("precision" in knobs) + ("devices" in knobs) + 4 * ("batch_size" in knobs)
+        self.examples = max(float(self.batch), 0.8 * self.budget_s * rate / (2 * ROUNDS * trials))
 
     def _steps_for(self, config: Config) -> int:
-        return max(config.steps_per_execution, int(self.examples / self.batch))
+        return max(config.steps_per_execution, int(self.examples / (config.batch or self.batch)))
 
     def compare(self, knob: str, a: Config, b: Config) -> list[float]:
         """Paired rounds of ``a`` and ``b`` (order alternating): b's examples/s over a's."""
         ratios, rates_a, rates_b = [], [], []
-        steps = max(self._steps_for(a), self._steps_for(b))
+        steps_a, steps_b = self._steps_for(a), self._steps_for(b)
         for r in range(ROUNDS):
-            first, second = (a, b) if r % 2 == 0 else (b, a)
-            one, _ = self.bench.rate(first, steps)
-            two, _ = self.bench.rate(second, steps)
-            ra, rb = (one, two) if r % 2 == 0 else (two, one)
+            if r % 2 == 0:
+                ra, _ = self.bench.rate(a, steps_a)
+                rb, _ = self.bench.rate(b, steps_b)
+            else:
+                rb, _ = self.bench.rate(b, steps_b)
+                ra, _ = self.bench.rate(a, steps_a)
             rates_a.append(ra)
             rates_b.append(rb)
             ratios.append(rb / max(ra, 1e-9))
@@ -324,19 +385,37 @@ class Tuner:
         """The chosen configuration, each knob's choice and its measured gain over the rival."""
         self.started = time.perf_counter()
         self.calibrate()
-        chosen, choices, gains = self.default, {}, {}
-        if "steps_per_execution" in self.options.knobs and not self.fixed_steps:
-            chosen, choices["steps_per_execution"], gains["steps_per_execution"] = self._steps(chosen)
-        if "input" in self.options.knobs and not self.spent("input"):
+        knobs = self.options.knobs
+        chosen, gains = self.default, {}
+        if "steps_per_execution" in knobs and not self.fixed_steps:
+            chosen, gains["steps_per_execution"] = self._steps(chosen)
+        if "input" in knobs and not self.spent("input"):
             candidate = dataclasses.replace(chosen, input=True)
             ratios = self.compare("input", chosen, candidate)
-            choices["input"], gains["input"] = decide(ratios), statistics.median(ratios)
-            chosen = candidate if choices["input"] else chosen
-        if "jit_compile" in self.options.knobs and not chosen.jit_compile and not self.spent("XLA"):
-            chosen, choices["jit_compile"], gains["jit_compile"] = self._xla(chosen)
+            chosen, gains["input"] = candidate if decide(ratios) else chosen, statistics.median(ratios)
+        if "jit_compile" in knobs and not chosen.jit_compile and not self.spent("XLA"):
+            chosen, gains["jit_compile"] = self._xla(chosen)
+        if "precision" in knobs and ("precision" in self.refused or not self.spent("mixed precision")):
+            chosen, gains["precision"] = self._precision(chosen)
+        if "batch_size" in knobs:
+            chosen, gains["batch_size"] = self._batch(chosen)
+        if "devices" in knobs and self.replicas > 1 and not self.spent("one device"):
+            chosen, gains["devices"] = self._devices(chosen)
         if chosen != self.default and not self._proved(chosen):
-            return self.default, {k: getattr(self.default, k) for k in choices}, gains
-        return chosen, choices, gains
+            chosen = self.default
+        return chosen, self.choices_of(chosen, gains), gains
+
+    def choices_of(self, config: Config, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        """``config``'s value of each of ``knobs`` (the ones tried), as the run's choices say it."""
+        values = {
+            "steps_per_execution": config.steps_per_execution,
+            "input": config.input,
+            "jit_compile": config.jit_compile,
+            "precision": config.precision or "float32",
+            "batch_size": config.batch or self.batch,
+            "devices": config.devices or self.replicas,
+        }
+        return {knob: values[knob] for knob in knobs}
 
     def _proved(self, chosen: Config) -> bool:
         """The chosen configuration against the default, all knobs together (each was chosen
@@ -350,8 +429,8 @@ class Tuner:
         )
         return False
 
-    def _steps(self, base: Config) -> tuple[Config, int, float | None]:
-        limit = min(self.bench.max_steps or max(STEPS), max(1, int(2 * self.examples / self.batch)))
+    def _steps(self, base: Config) -> tuple[Config, float | None]:
+        limit = min(self.bench.max_steps(base) or max(STEPS), max(1, int(2 * self.examples / self.batch)))
         candidates = [k for k in STEPS if k <= limit]
         best = dataclasses.replace(base, steps_per_execution=candidates[0])
         for k in candidates[1:]:
@@ -364,46 +443,123 @@ class Tuner:
                 break
             best = dataclasses.replace(base, steps_per_execution=k)
         if best.steps_per_execution == base.steps_per_execution:
-            return base, base.steps_per_execution, None
+            return base, None
         ratios = self.compare("steps_per_execution", base, best)
         if decide(ratios):
-            return best, best.steps_per_execution, statistics.median(ratios)
-        return base, base.steps_per_execution, None
+            return best, statistics.median(ratios)
+        return base, None
 
-    def _xla(self, base: Config) -> tuple[Config, bool, float | None]:
-        if self.xla_refused:
-            self.notes.append(f"XLA not tried: {self.xla_refused}")
-            return base, False, None
+    def _xla(self, base: Config) -> tuple[Config, float | None]:
+        if "jit_compile" in self.refused:
+            self.notes.append(f"XLA not tried: {self.refused['jit_compile']}")
+            return base, None
         candidate = dataclasses.replace(base, jit_compile=True)
         try:
             self.bench.rate(candidate, candidate.steps_per_execution)
         except Exception as exc:  # XLA refuses the model: say which op, keep the step as it is
             self.notes.append(f"XLA cannot compile this step ({_first_line(exc)})")
-            return base, False, None
-        ratios = self.compare("jit_compile", base, candidate)
+            return base, None
+        return self._checked("jit_compile", base, candidate, rtol=LOSS_RTOL, what="XLA")
+
+    def _precision(self, base: Config) -> tuple[Config, float | None]:
+        if "precision" in self.refused:
+            self.notes.append(f"mixed precision not tried: {self.refused['precision']}")
+            return base, None
+        candidate = dataclasses.replace(base, precision=self.policy)
+        try:
+            self.bench.rate(candidate, candidate.steps_per_execution)
+        except Exception as exc:  # a layer the policy cannot build: float32 kept, said
+            self.notes.append(f"{self.policy} cannot run this model ({_first_line(exc)})")
+            return base, None
+        return self._checked("precision", base, candidate, rtol=PRECISION_RTOL, what=self.policy)
+
+    def _checked(
+        self, knob: str, base: Config, candidate: Config, *, rtol: float, what: str
+    ) -> tuple[Config, float]:
+        """``candidate`` when it is faster and its loss agrees with ``base``'s (within ``rtol``)."""
+        ratios = self.compare(knob, base, candidate)
         gain = statistics.median(ratios)
         if not decide(ratios):
-            return base, False, gain
-        agrees, detail = self._agrees(base, candidate)
+            return base, gain
+        agrees, detail = self._agrees(base, candidate, rtol=rtol, what=what)
         if not agrees:
-            self.notes.append(f"XLA faster ({gain:.2f}x) but its loss differs: {detail}")
-            return base, False, gain
-        return candidate, True, gain
+            self.notes.append(f"{what} faster ({gain:.2f}x) but its loss differs: {detail}")
+            return base, gain
+        return candidate, gain
 
-    def _agrees(self, base: Config, candidate: Config) -> tuple[bool, str]:
-        """The loss after the same steps from the same state, with and without XLA."""
+    def _batch(self, base: Config) -> tuple[Config, float | None]:
+        """The global batch doubled while a doubling fits and gains ``MIN_BATCH_GAIN``."""
+        if "batch_size" in self.refused:
+            self.notes.append(f"batch size not tuned: {self.refused['batch_size']}")
+            return base, None
+        best, gain = base, 1.0
+        for _ in range(MAX_DOUBLINGS):
+            batch = 2 * (best.batch or self.batch)
+            if self.spent(f"batch {batch}"):
+                break
+            candidate = dataclasses.replace(best, batch=batch)
+            held = self.bench.max_steps(candidate)
+            if held is not None and held < 2 * candidate.steps_per_execution:
+                self.notes.append(f"batch {batch} not tried: the data holds {held} batches of it")
+                break
+            try:
+                ratios = self.compare("batch_size", best, candidate)
+            except DoesNotFit:
+                self.notes.append(f"batch {batch} does not fit in device memory")
+                break
+            if not decide(ratios, gain=MIN_BATCH_GAIN):
+                median = statistics.median(ratios)
+                why = (
+                    f"less than {MIN_BATCH_GAIN - 1:.0%}"
+                    if median < MIN_BATCH_GAIN
+                    else f"not in every round ({min(ratios):.2f}-{max(ratios):.2f}x)"
+                )
+                self.notes.append(
+                    f"batch {batch} gains {median:.2f}x over {batch // 2}, {why}: {batch // 2} kept"
+                )
+                break
+            best, gain = candidate, gain * statistics.median(ratios)
+        return best, (gain if best is not base else None)
+
+    def _devices(self, base: Config) -> tuple[Config, float | None]:
+        """All replicas against one device with the same global batch: switched when allowed."""
+        candidate = dataclasses.replace(base, devices=1)
+        try:
+            ratios = self.compare("devices", base, candidate)
+        except DoesNotFit:
+            self.notes.append("one device not tried: the global batch does not fit on one")
+            return base, None
+        one = statistics.median(ratios)
+        if not decide(ratios):
+            return base, 1 / max(one, 1e-9)
+        if self.options.switch_devices:
+            return candidate, one
+        self.notes.append(
+            f"one device is {one:.2f}x faster than {self.replicas}: tune='all' (or a tune naming "
+            "'devices') trains on one"
+        )
+        return base, 1 / max(one, 1e-9)
+
+    def _agrees(self, base: Config, candidate: Config, *, rtol: float, what: str) -> tuple[bool, str]:
+        """The loss after the same steps from the same weights, with ``base`` and ``candidate``."""
         from tfgpu.train import timing
 
-        model = self.model
         steps = 4 * base.steps_per_execution
+        start = None if self.model is None else self.model.get_weights()
         losses = []
         for config in (base, candidate):
+            model = self.bench.model(config) or self.model
+            if model is None:  # a bench without a model (the tests' fake): nothing to put back
+                losses.append(self.bench.rate(config, steps)[1])
+                continue
             with timing.restored(model):
+                if model is not self.model and start is not None:
+                    model.set_weights(start)
                 model.reset_metrics()
                 losses.append(self.bench.rate(config, steps)[1])
         a, b = losses
-        ok = abs(a - b) <= LOSS_RTOL * max(abs(a), 1e-12)
-        return ok, f"{b:.6g} with XLA, {a:.6g} without"
+        ok = abs(a - b) <= rtol * max(abs(a), 1e-12)
+        return ok, f"{b:.6g} with {what}, {a:.6g} without"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -485,6 +641,8 @@ def read(path: str | Path) -> Tuning:
         unknown = set(chosen) - set(KNOBS)
         if unknown or not isinstance(parts, dict):
             raise ValueError(f"unknown choices {sorted(unknown)}")
+        if chosen.get("precision", "float32") not in POLICIES:
+            raise ValueError(f"precision {chosen['precision']!r} is none of {', '.join(POLICIES)}")
         config_of(Tuning(0.0, chosen, {}), Config(1))  # the values are what a Config takes
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(
@@ -512,10 +670,16 @@ def differences(saved: dict[str, str], now: dict[str, str]) -> list[str]:
 def config_of(tuning: Tuning, default: Config) -> Config:
     """The configuration a (kept) tuning chose."""
     c = tuning.choices
+    precision = c.get("precision", default.precision or "float32")
+    batch = c.get("batch_size", default.batch)
+    devices = c.get("devices", default.devices)
     return Config(
         steps_per_execution=int(c.get("steps_per_execution", default.steps_per_execution)),
         input=bool(c.get("input", default.input)),
         jit_compile=bool(c.get("jit_compile", default.jit_compile)),
+        precision=None if precision == "float32" else str(precision),
+        batch=None if batch is None else int(batch),
+        devices=None if devices is None else int(devices),
     )
 
 
