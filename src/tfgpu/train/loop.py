@@ -539,16 +539,16 @@ class Trainer:
         ``validation_steps`` batches; its figures are logged with a ``val_`` prefix.
         """
         _check_length(epochs=epochs, steps=steps, initial_epoch=initial_epoch)
+        if self.options.tune is not None and self._tuning is None:
+            self.tune(epochs=epochs, steps=steps)  # first: it may set this Trainer up again
+            if verbose and self.is_chief:
+                print(self._tuning.line())  # before the progress bars, as Keras prints its own
         if (
             initial_epoch
             and not self.resumed_from
             and self._counters == {"step": 0, "epoch": 0, "epoch_step": 0}
         ):
             self._counters["epoch"] = initial_epoch
-        if self.options.tune is not None and self._tuning is None:
-            self.tune(epochs=epochs, steps=steps)  # before the callbacks: it may change the model
-            if verbose and self.is_chief:
-                print(self._tuning.line())  # before the progress bars, as Keras prints its own
         callbacks = callback_setup.callback_list(
             self.task.callbacks,
             model=self.model,
