@@ -127,8 +127,8 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     source = trainer._inputs["train"]
     bench = tuning.Bench(
         iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-        execution=lambda c: trainer._execution_with(jit_compile=c.jit_compile),
-        max_steps=source.steps_per_epoch,
+        execution=lambda c: trainer._function("train", jit_compile=c.jit_compile),
+        max_steps=lambda c: source.steps_per_epoch or source.known_length(),
     )
     rows = trainer.global_batch
     rates, started = {}, time.perf_counter()
@@ -140,6 +140,8 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
                     bench.rate(config, max(k, examples // rows))[0] for _ in range(3)
                 )
             except Exception as exc:  # XLA refuses the model: not a configuration
+                if not xla:
+                    raise  # a broken bench, not a configuration to skip
                 rates[config.label()] = 0.0
                 print(f"{config.label()}: {type(exc).__name__}", file=sys.stderr)
     return rates, time.perf_counter() - started

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import types
 
 import keras
 import numpy as np
@@ -371,6 +372,111 @@ def test_a_bad_saved_tuning_is_one_message(tmp_path):
         TrainOptions(tuning_file=good, tune=True)
 
 
+def test_a_saved_choice_this_run_cannot_take_is_left_out_and_said(tmp_path):
+    """A tuning measured on a 2-GPU machine (bf16, batch 64, all 2 devices kept) used on this
+    CPU with batched data: its steps per call are used; bf16 (no Tensor Cores) and the batch
+    (the data comes batched) are left out, each said; 'devices=2' is no switch to one device."""
+    import tensorflow as tf
+
+    from tfgpu.train import Task, Trainer
+
+    x, y = data()
+    batched = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    path = saved_tuning(
+        tmp_path / "t.json",
+        {"steps_per_execution": 8, "precision": "mixed_bfloat16", "batch_size": 64, "devices": 2},
+    )
+    task = Task(model=lambda: model(), train_data=batched, batch_size=16)
+    trainer = Trainer(task, strategy=local_strategy(1), tuning_file=path)
+    assert trainer.options.steps_per_execution == 8 and trainer.global_batch == 16 and trainer.replicas == 1
+    assert trainer.model.dtype_policy.name == "float32"
+    notes = " ".join(trainer._tuning.notes)
+    assert "mixed_bfloat16 not used: no GPU with Tensor Cores" in notes, notes
+    assert "batch 64 not used: the tf.data.Dataset is batched already" in notes, notes
+    assert "one device" not in notes
+    default = Config(100)
+    assert tuning.config_of(tuning.Tuning(0.0, {"devices": 2}, {}), default).devices is None
+    assert tuning.config_of(tuning.Tuning(0.0, {"devices": 1}, {}), default).devices == 1
+
+
+def test_a_mixed_precision_copy_keeps_its_outputs_and_lookups_and_the_optimizer_state():
+    """copy_in(policy=): the hidden layers compute in the policy, the output layer in float32
+    and an integer lookup as built (Keras's mixed precision guide); a mixed_float16 copy's
+    LossScaleOptimizer takes the float32 optimizer's state under its loss scale, and gives it
+    back, its loss scale starting as a new one's."""
+    from tfgpu.train.model import copy_in, copy_optimizer_state
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((2,), dtype="int64")
+    hidden = keras.layers.Dense(8, activation="relu", name="hidden")(
+        keras.layers.Flatten()(
+            keras.layers.Embedding(10, 4)(keras.layers.IntegerLookup(vocabulary=[3, 5])(ids))
+        )
+    )
+    built = keras.Model(ids, keras.layers.Dense(1, name="out")(hidden))
+    built.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    x, y = np.array([[3, 5], [5, 3]] * 8), np.ones((16, 1), "float32")
+    built.fit(x, y, epochs=1, verbose=0)
+    strategy = local_strategy(1)
+    copy = copy_in(built, strategy, policy="mixed_float16")
+    policies = {layer.name: layer.dtype_policy.name for layer in copy.layers}
+    assert policies["out"] == "float32" and policies["hidden"] == "mixed_float16", policies
+    assert copy.layers[1].compute_dtype == "int64", policies
+    assert type(copy.optimizer).__name__ == "LossScaleOptimizer"
+    copy.fit(x, y, epochs=1, verbose=0)  # the copy's own state moves on: the copy below replaces it
+    copy_optimizer_state(built, copy, strategy=strategy)
+    assert int(copy.optimizer.iterations) == int(built.optimizer.iterations) == 1
+    assert float(copy.optimizer.dynamic_scale) == copy.optimizer.initial_scale
+    for ours, theirs in zip(built.optimizer.variables, copy.optimizer.inner_optimizer.variables, strict=True):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    copy.fit(x, y, epochs=1, verbose=0)
+    copy_optimizer_state(copy, built)
+    assert int(built.optimizer.iterations) == 2
+
+
+class Opaque(keras.Model):
+    """The usual subclassed model: no get_config, an argument Keras cannot save."""
+
+    def __init__(self, scale):
+        super().__init__()
+        self.scale, self.out = scale, keras.layers.Dense(1)
+
+    def call(self, x):
+        return self.out(x * self.scale.value)
+
+
+def test_a_subclassed_model_is_not_copied_said():
+    """Keras re-creates a subclassed model only from its config, which may leave out its state:
+    tuning's copies (one device, mixed precision) refuse it with one message."""
+    from tfgpu.train.model import copy_in
+
+    opaque = Opaque(scale=types.SimpleNamespace(value=2.0))
+    opaque(np.zeros((1, 3), "float32"))
+    opaque.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ConfigError, match="cannot be copied: it is a subclassed model") as caught:
+        copy_in(opaque, local_strategy(1))
+    assert caught.value.value == "Opaque" and "functional API" in caught.value.fix
+
+
+@pytest.mark.heavy
+def test_a_model_keras_cannot_copy_trains_on_all_its_devices_said(tmp_path, monkeypatch):
+    """tune=True on 2 replicas with a subclassed model Keras cannot copy: one device is not
+    tried (said), the run trains on both replicas as it would untuned."""
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    x, y = data()
+    strategy = local_strategy(2)
+    with strategy.scope():
+        opaque = Opaque(scale=types.SimpleNamespace(value=2.0))
+        opaque(x[:1])
+        opaque.compile(optimizer="sgd", loss="mse")
+    history = tfgpu.fit(opaque, x, y, batch_size=16, epochs=1, verbose=0, tune=("devices",), tune_budget_s=3)
+    result = history.train_result
+    assert any("one device not tried: the model cannot be copied" in n for n in result.tuning["notes"]), (
+        result.tuning
+    )
+    assert result.replicas == 2 and len(history.history["loss"]) == 1
+
+
 @pytest.mark.process
 def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
     """tfgpu tune: a table of trials and the summary, the choice written to --out; tfgpu train
@@ -526,6 +632,8 @@ def test_tune_arguments_name_the_knobs():
     assert TuneOptions.from_arg(("devices",)).switch_devices
     saved = tuning.Tuning(0.0, {"precision": "mixed_bfloat16", "batch_size": 128, "devices": 1}, {})
     assert tuning.config_of(saved, Config(4)) == Config(4, precision="mixed_bfloat16", batch=128, devices=1)
+    named = TuneOptions.from_arg(tuning.DEFAULT_KNOBS)  # devices named: it may switch
+    assert named.knobs == TuneOptions.from_arg(True).knobs and named.keyed != TuneOptions.from_arg(True).keyed
 
 
 @contextlib.contextmanager

@@ -167,7 +167,7 @@ class Trainer:
         self._warm = False  # the training function has run once (traced and instantiated)
         self._last: dict[str, Any] | None = None  # the last execution's accumulators
         self._tuning: Any = None  # what tune=True chose (tuning.Tuning), once per Trainer
-        self._trials: dict[tuple[int, int, str | None], Trainer] = {}  # tuning's other setups
+        self._trials: dict[tuple[Any, ...], Any] = {}  # tuning's other setups and model copies
 
     def _checkpointed(self) -> None:
         """Checkpoints of model, optimizer and counters; restore the latest one there is."""
@@ -299,7 +299,7 @@ class Trainer:
             found = tuning.Tuning(seconds=0.0, choices={}, gains={}, notes=[note])
             choices.record("tuning", "none", note)
             return found
-        parts = self._key_parts(options.knobs)
+        parts = self._key_parts(options.keyed)
         key = tuning.key_of(parts)
         path = tuning.kept_path(
             checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=key
@@ -354,21 +354,13 @@ class Trainer:
         """The Trainer that runs ``config``'s trials: this one, or (made once, kept while tuning)
         one for another global batch, on one device, or on a copy of the model in mixed precision.
         Its setup records no choice of this run's."""
-        key = (config.batch or self.global_batch, config.devices or self.replicas, config.precision)
-        if key == (self.global_batch, self.replicas, None):
+        key = self._setup_of(config)
+        if key == self._setup_of(self._untuned()):
             return self
-        trials = self._trials
-        if key not in trials:
+        if key not in self._trials:
             batch, devices, policy = key
-            strategy = self.strategy
-            if devices != self.replicas:
-                import tensorflow as tf
-
-                strategy = tf.distribute.OneDeviceStrategy(distribute.replica_devices(self.strategy)[0][0])
-            model = self.model
+            model, strategy = self._trial_model(devices, policy)
             with choices.unchanged():
-                if strategy is not self.strategy or policy is not None:
-                    model = model_setup.copy_in(self.model, strategy, policy=policy)
                 task = dataclasses.replace(
                     self.task,
                     model=lambda: model,
@@ -377,11 +369,33 @@ class Trainer:
                     batch_size=batch // int(strategy.num_replicas_in_sync),
                     callbacks=(),
                 )
-                trials[key] = Trainer(task, strategy=strategy, options=TrainOptions(monitor_gpus=False))
-        return trials[key]
+                self._trials[key] = Trainer(task, strategy=strategy, options=TrainOptions(monitor_gpus=False))
+        return self._trials[key]
+
+    def _trial_model(self, devices: int, policy: str | None) -> tuple[Any, Any]:
+        """(model, strategy) of trials on ``devices`` in ``policy``: this run's, or a copy (made
+        once; one Keras cannot make: ``model.copy_in``'s ConfigError)."""
+        if devices == self.replicas and policy is None:
+            return self.model, self.strategy
+        key = ("model", devices, policy)
+        if key not in self._trials:
+            strategy = self.strategy
+            if devices != self.replicas:
+                import tensorflow as tf
+
+                strategy = tf.distribute.OneDeviceStrategy(distribute.replica_devices(self.strategy)[0][0])
+            with choices.unchanged():
+                self._trials[key] = model_setup.copy_in(self.model, strategy, policy=policy), strategy
+        return self._trials[key]
+
+    def _setup_of(self, config: tuning.Config) -> tuple[int, int, str | None]:
+        """What ``config`` trains in that needs a Trainer of its own: (global batch, replicas, policy)."""
+        return (config.batch or self.global_batch, config.devices or self.replicas, config.precision)
 
     def _trial_steps(self, config: tuning.Config) -> int | None:
         """The steps one pass over the data gives in ``config``'s batch (0: not one batch)."""
+        _, devices, policy = self._setup_of(config)
+        self._trial_model(devices, policy)  # not a copy Keras can make: its ConfigError, for the tuner
         try:
             source = self._trial(config)._inputs["train"]
         except ConfigError:  # fewer rows than one batch of it
@@ -423,18 +437,31 @@ class Trainer:
         changed = tuning.differences(found.parts, self._key_parts(tuple(found.choices)))
         if changed:
             found.notes.append(f"measured for another run: {', '.join(changed)} differ")
-        config = tuning.config_of(found, self._untuned())
-        refused = self._xla_refused()
-        if config.jit_compile and refused:
-            found.notes.append(f"XLA not used: {refused}")
-            config = dataclasses.replace(config, jit_compile=False)
-        moves = {"precision": config.precision, "batch_size": config.batch, "devices": config.devices}
-        if self._several_workers() and any(v is not None for v in moves.values()):
-            left = ", ".join(k for k, v in moves.items() if v is not None)
-            found.notes.append(f"{left} not used: under several workers only steps, input and XLA are")
-            config = dataclasses.replace(config, precision=None, batch=None, devices=None)
+        config = self._usable(tuning.config_of(found, self._untuned()), notes=found.notes)
         self._apply_tuning(found, config, why=f"from {path}")
         self._tuning = found
+
+    def _usable(self, config: tuning.Config, *, notes: list[str]) -> tuning.Config:
+        """``config`` less what this run cannot train with (a tuning measured for another run):
+        each dropped choice said in ``notes``."""
+        if config.batch == self.global_batch:
+            config = dataclasses.replace(config, batch=None)
+        refused = {
+            "jit_compile": config.jit_compile and self._xla_refused(),
+            "precision": config.precision and self._precision_for()[1],
+            "batch": config.batch and self._batch_refused(),
+        }
+        if self._several_workers():
+            why = "under several workers only steps, input and XLA are"
+            refused.update(precision=config.precision and why, batch=config.batch and why)
+            refused["devices"] = config.devices and why
+        untuned = self._untuned()
+        named = {"jit_compile": "XLA", "precision": config.precision, "batch": f"batch {config.batch}"}
+        for field, why in refused.items():
+            if why:
+                notes.append(f"{named.get(field, 'one device')} not used: {why}")
+                config = dataclasses.replace(config, **{field: getattr(untuned, field)})
+        return config
 
     def _key_parts(self, knobs: tuple[str, ...]) -> dict[str, str]:
         """What a tuning of this run depends on (``tuning.key_parts``)."""
@@ -473,8 +500,7 @@ class Trainer:
 
     def _apply_tuning(self, found: tuning.Tuning, config: tuning.Config, *, why: str) -> None:
         """Train with ``config`` (what ``found`` chose) from here on; the choices say so, and why."""
-        moved = (config.batch or self.global_batch, config.devices or self.replicas, config.precision)
-        if moved != (self.global_batch, self.replicas, None):
+        if self._setup_of(config) != self._setup_of(self._untuned()):
             self._switch(config, why=why)
         k = config.steps_per_execution
         if k != self.options.execution_steps:
@@ -500,6 +526,7 @@ class Trainer:
         if model is not self.model:
             model.set_weights(self.model.get_weights())
             model_setup.copy_optimizer_state(self.model, model, strategy=trial.strategy)
+            model.reset_metrics()  # its trials' figures (a resumed run restores its own below)
         before = (self.global_batch, self.replicas, self.model.dtype_policy.name)
         task = dataclasses.replace(
             self.task, model=lambda: model, loss=None, metrics=(), batch_size=trial.task.batch_size

@@ -20,7 +20,7 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tfgpu import choices
@@ -147,7 +147,7 @@ def recreate(model: Any, strategy: Any) -> Any:
         copy = None
     try:
         if copy is None:
-            copy = copies[id(strategy)] = _Copy(_clone(model, strategy), state, strategy)
+            copy = copies[id(strategy)] = _Copy(_copy(model, strategy), state, strategy)
             choices.record(
                 "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
             )
@@ -162,7 +162,7 @@ def recreate(model: Any, strategy: Any) -> Any:
         copies.pop(id(strategy), None)
         raise ConfigError(
             f"The model was created outside the {where}'s scope and cannot be re-created in it "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''})",
+            f"({type(exc).__name__}: {_first_line(exc)})",
             value=model.name,
             fix="create and compile the model inside `with strategy.scope():` and pass that strategy",
         ) from None
@@ -183,30 +183,65 @@ def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> N
     if not theirs.built:
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             theirs.build(target.trainable_variables)
+    if type(mine) is not type(
+        theirs
+    ):  # one is a copy in mixed_float16: only the optimizer under the loss scale
+        mine, theirs = _unscaled(mine), _unscaled(theirs)
+        if theirs is not target.optimizer:  # the copy's loss scale starts as a new one does
+            target.optimizer.step_counter.assign(0)
+            target.optimizer.dynamic_scale.assign(target.optimizer.initial_scale)
     if len(mine.variables) != len(theirs.variables):
         return  # another optimizer (re-compiled in between): it starts afresh, as under Keras
     for value, variable in zip(mine.variables, theirs.variables, strict=True):
         variable.assign(value)
 
 
+def _unscaled(optimizer: Any) -> Any:
+    """The optimizer a LossScaleOptimizer (mixed_float16's) wraps; any other, itself."""
+    return getattr(optimizer, "inner_optimizer", optimizer)
+
+
 def copy_in(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
-    """A new copy of ``model`` (compiled as it is, holding its weights now) in ``strategy``'s scope,
-    its layers in the dtype ``policy`` (a Keras policy name; None: as they are): what tuning
+    """A new copy of ``model`` (compiled as it is, holding its weights now) in ``strategy``'s
+    scope, its layers in the dtype ``policy`` (a Keras policy name; None: as built): what tuning
     times on one device or in mixed precision, and trains with when that is chosen. Keras's
-    ``compile`` wraps the optimizer for loss scaling itself when the policy is mixed_float16."""
-    return _clone(model, strategy, policy=policy)
+    ``compile`` wraps the optimizer for loss scaling itself when the policy is mixed_float16.
+    A subclassed model, or one Keras cannot re-create: ``ConfigError`` (Keras re-creates a
+    subclassed model only from its config, which may leave out its state: not risked)."""
+    if not _graph_of_layers(model):
+        raise ConfigError(
+            "The model cannot be copied: it is a subclassed model, which Keras re-creates only "
+            "from its config (its state may be left out)",
+            value=type(model).__name__,
+            fix="build it with Sequential or the functional API for tfgpu to copy it (tuning's one "
+            "device and mixed precision train a copy)",
+        )
+    try:
+        return _copy(model, strategy, policy=policy)
+    except Exception as exc:  # Keras raises several types for models it cannot clone
+        raise ConfigError(
+            f"The model cannot be copied ({type(exc).__name__}: {_first_line(exc)})",
+            value=model.name,
+            fix="build the model from Keras's own layers, or give its custom layers a get_config() "
+            "that returns their __init__ arguments (Keras's serialization guide)",
+        ) from None
 
 
-def _clone(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+
+
+def _copy(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
+    """``copy_in``'s copy, Keras's errors as they come (the callers say what they mean)."""
     import keras
 
     _build_as_first_call(model)
     weights = model.get_weights()  # outside the scope: a sub-model's may belong to another strategy
     compiled = model.get_compile_config()  # outside too: it reads the optimizer's variables
     with strategy.scope(), _policy(policy), _compile_config_given(model, compiled):
+        keep = {id(layer) for layer in _output_layers(model)}  # float32 outputs, as Keras's guide has them
         clone = keras.models.clone_model(
-            model,
-            clone_function=_clone_layer if policy is None else functools.partial(_clone_layer, policy=policy),
+            model, clone_function=functools.partial(_clone_layer, policy=policy, float32=keep)
         )
         if not clone.built and model.built and _input_shape(model) is not None:
             clone.build(_input_shape(model))  # a Sequential without Input, built by its first call
@@ -216,6 +251,23 @@ def _clone(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
         _copy_adapted_state(model, clone)
         clone.compile_from_config(compiled)
     return clone
+
+
+def _graph_of_layers(model: Any) -> bool:
+    """A Sequential or functional model: Keras clones it layer by layer."""
+    import keras
+    from keras.src.models.functional import Functional
+
+    return isinstance(model, (keras.Sequential, Functional))
+
+
+def _output_layers(model: Any) -> list[Any]:
+    """The layers whose outputs are the model's (a Sequential's last)."""
+    import keras
+
+    if isinstance(model, keras.Sequential):
+        return model.layers[-1:]
+    return [tensor._keras_history.operation for tensor in getattr(model, "outputs", None) or []]
 
 
 def _copy_adapted_state(model: Any, clone: Any) -> None:
@@ -278,14 +330,15 @@ def _policy(policy: str | None) -> Iterator[None]:
         keras.config.set_dtype_policy(before)
 
 
-def _clone_layer(layer: Any, *, policy: str | None = None) -> Any:
+def _clone_layer(layer: Any, *, policy: str | None = None, float32: Collection[int] = ()) -> Any:
     """Keras's own clone of a layer (``from_config(get_config())``), or, for a config holding a
     function of the user's (TextVectorization's ``standardize`` in keras-io's text example:
-    "Could not parse config: <function custom_standardization>"), the layer made from it;
-    in the dtype ``policy`` when one is given."""
+    "Could not parse config: <function custom_standardization>"), the layer made from it. With a
+    ``policy``, a float32 layer is made in it, but for the layers in ``float32`` (ids: the
+    outputs, as Keras's mixed precision guide keeps them) and layers of other dtypes (lookups)."""
     config = layer.get_config()
-    if policy is not None and "dtype" in config:
-        config["dtype"] = policy
+    if policy is not None and "dtype" in config and layer.compute_dtype == "float32":
+        config["dtype"] = "float32" if id(layer) in float32 else policy
     try:
         return type(layer).from_config(config)
     except TypeError:

@@ -28,7 +28,7 @@ gains at least 3%; the whole choice is then timed against the default (the ``tog
 run's before and after) and kept only when it wins there too. Trials run from fresh iterators over the same data and are wrapped in
 ``timing.restored``: the user's callbacks, History, checkpoints and metrics never see them, and
 the model trains from exactly the state an untuned run starts from; the result-preserving knobs
-(all three here, XLA up to its checked tolerance) leave the weights those of the untuned run.
+(steps per call and input; XLA up to its checked tolerance) leave the weights those of the untuned run.
 
 The choice is kept: in ``checkpoint_dir`` (else ``log_dir``) as ``tfgpu-tuning.json``, else in
 tfgpu's cache (``TFGPU_CACHE_DIR``) under a key of the model's structure, the data's signature,
@@ -105,6 +105,12 @@ class TuneOptions:
             raise ConfigError(
                 "tune_budget_s must be a positive number of seconds", value=self.budget_s, fix="pass 20"
             )
+
+    @property
+    def keyed(self) -> tuple[str, ...]:
+        """What a kept choice of these options is kept under: the knobs, and whether the devices
+        may switch (tune=True's measurement of one device must not reuse tune='all''s switch)."""
+        return self.knobs + (("devices switched",) if self.switch_devices else ())
 
     @classmethod
     def from_arg(cls, tune: Any, budget_s: Any = None, *, auto_batch: bool = False) -> TuneOptions | None:
@@ -525,10 +531,15 @@ class Tuner:
         """All replicas against one device with the same global batch: switched when allowed."""
         candidate = dataclasses.replace(base, devices=1)
         try:
-            ratios = self.compare("devices", base, candidate)
+            self.bench.rate(candidate, candidate.steps_per_execution)
         except DoesNotFit:
             self.notes.append("one device not tried: the global batch does not fit on one")
             return base, None
+        except Exception as exc:  # Keras cannot copy the model (a subclass without get_config): said
+            why = exc.what if isinstance(exc, ConfigError) else _first_line(exc)
+            self.notes.append(f"one device not tried: {why[0].lower() + why[1:]}")
+            return base, None
+        ratios = self.compare("devices", base, candidate)
         one = statistics.median(ratios)
         if not decide(ratios):
             return base, 1 / max(one, 1e-9)
@@ -541,7 +552,8 @@ class Tuner:
         return base, 1 / max(one, 1e-9)
 
     def _agrees(self, base: Config, candidate: Config, *, rtol: float, what: str) -> tuple[bool, str]:
-        """The loss after the same steps from the same weights, with ``base`` and ``candidate``."""
+        """The loss after the same steps from the same state, with ``base`` and ``candidate``."""
+        from tfgpu.train import model as model_setup
         from tfgpu.train import timing
 
         steps = 4 * base.steps_per_execution
@@ -553,8 +565,9 @@ class Tuner:
                 losses.append(self.bench.rate(config, steps)[1])
                 continue
             with timing.restored(model):
-                if model is not self.model and start is not None:
+                if model is not self.model and start is not None:  # the copy from this model's state
                     model.set_weights(start)
+                    model_setup.copy_optimizer_state(self.model, model)
                 model.reset_metrics()
                 losses.append(self.bench.rate(config, steps)[1])
         a, b = losses
@@ -672,14 +685,14 @@ def config_of(tuning: Tuning, default: Config) -> Config:
     c = tuning.choices
     precision = c.get("precision", default.precision or "float32")
     batch = c.get("batch_size", default.batch)
-    devices = c.get("devices", default.devices)
+    devices = 1 if c.get("devices") == 1 else default.devices  # a count that is all replicas: no switch
     return Config(
         steps_per_execution=int(c.get("steps_per_execution", default.steps_per_execution)),
         input=bool(c.get("input", default.input)),
         jit_compile=bool(c.get("jit_compile", default.jit_compile)),
         precision=None if precision == "float32" else str(precision),
         batch=None if batch is None else int(batch),
-        devices=None if devices is None else int(devices),
+        devices=devices,
     )
 
 
