@@ -131,6 +131,41 @@ def test_a_gain_within_the_noise_is_not_taken():
     assert not tuning.decide([1.02, 1.01, 1.02])  # below 3%
 
 
+def test_the_budget_holds_when_each_measurement_is_slow():
+    """Every measurement takes 2 s of a 30 s budget (a slow step measured in whole calls): the
+    tuner forecasts each comparison (12 s) from the last and stops the knobs it cannot afford,
+    said, instead of running past the budget; a fast bench tries them all."""
+
+    class Clock:
+        now = 0.0
+
+        def __call__(self):
+            return self.now
+
+    class SlowBench(FakeBench):
+        def rate(self, config, steps):
+            clock.now += 2.0
+            return super().rate(config, steps)
+
+    clock = Clock()
+    slow = Tuner(
+        SlowBench(dispatch_bound),
+        model=None,
+        options=TuneOptions(knobs=STEP_KNOBS, budget_s=30),
+        default=DEFAULT,
+        batch=32,
+        run_steps=None,
+        fixed_steps=False,
+        clock=clock,
+    )
+    slow.run()
+    assert clock.now <= 30, (clock.now, slow.trials)
+    assert any("budget of 30 s spent: input not tried" in n for n in slow.notes), slow.notes
+    fast = tuner(FakeBench(dispatch_bound))
+    fast.run()
+    assert {t["knob"] for t in fast.trials} >= {"steps_per_execution", "input", "jit_compile"}
+
+
 def test_steps_the_user_fixed_are_not_tuned():
     found = tuner(FakeBench(dispatch_bound), default=Config(1), fixed=True, knobs=("steps_per_execution",))
     config, choices, _ = found.run()

@@ -331,13 +331,14 @@ class Tuner:
         refused: Mapping[str, str] | None = None,
         policy: str = "mixed_bfloat16",
         replicas: int = 1,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.bench, self.model, self.options, self.default, self.batch = bench, model, options, default, batch
         self.run_steps, self.fixed_steps, self.refused = run_steps, fixed_steps, dict(refused or {})
-        self.policy, self.replicas = policy, replicas
+        self.policy, self.replicas, self.clock = policy, replicas, clock
         self.trials: list[dict[str, Any]] = []
         self.notes: list[str] = []
-        self.examples = float(batch)
+        self.examples, self.compared_s = float(batch), 0.0
 
     def calibrate(self) -> None:
         """Examples per measurement: the budget over the measurements to come."""
@@ -355,7 +356,7 @@ class Tuner:
 
     def compare(self, knob: str, a: Config, b: Config) -> list[float]:
         """Paired rounds of ``a`` and ``b`` (order alternating): b's examples/s over a's."""
-        ratios, rates_a, rates_b = [], [], []
+        ratios, rates_a, rates_b, started = [], [], [], self.clock()
         steps_a, steps_b = self._steps_for(a), self._steps_for(b)
         for r in range(ROUNDS):
             if r % 2 == 0:
@@ -378,18 +379,23 @@ class Tuner:
                 "spread": [round(min(ratios), 3), round(max(ratios), 3)],
             }
         )
+        self.compared_s = self.clock() - started
         return ratios
 
-    def spent(self, what: str) -> bool:
-        """Whether the budget is spent (then ``what`` is not tried, and the run says so)."""
-        over = time.perf_counter() - self.started > self.budget_s
+    def spent(self, what: str, *, then: int = 1) -> bool:
+        """Whether the budget would be spent by ``what``'s comparison and the ``then`` that must
+        follow it (the proof; a ladder's own check against the default), each forecast to cost
+        what the last comparison did; then ``what`` is not tried, and the run says so. A slow
+        step measured in whole calls of the default's steps could otherwise take the budget
+        twice over (the conv net of bench/tune_bench.py: 43 s of a 20 s budget)."""
+        over = self.clock() - self.started + (1 + then) * self.compared_s > self.budget_s
         if over:
             self.notes.append(f"budget of {self.budget_s:.0f} s spent: {what} not tried")
         return over
 
     def run(self) -> tuple[Config, dict[str, Any], dict[str, float | None]]:
         """The chosen configuration, each knob's choice and its measured gain over the rival."""
-        self.started = time.perf_counter()
+        self.started = self.clock()
         self.calibrate()
         knobs = self.options.knobs
         chosen, gains = self.default, {}
@@ -440,7 +446,7 @@ class Tuner:
         candidates = [k for k in STEPS if k <= limit]
         best = dataclasses.replace(base, steps_per_execution=candidates[0])
         for k in candidates[1:]:
-            if self.spent(f"steps_per_execution={k} and more"):
+            if self.spent(f"steps_per_execution={k} and more", then=2):
                 break
             ratios = self.compare(
                 "steps_per_execution", best, dataclasses.replace(base, steps_per_execution=k)
