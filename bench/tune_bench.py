@@ -224,7 +224,7 @@ def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, Any]:
             "summary": tuned["summary"],
             "default": timed["default"]["median"],
             "tuned": timed["tuned"]["median"],
-            "tuned_in_grid": rates.get(tfgpu_label(chosen), 0.0),
+            "tuned_in_grid": rates.get(tfgpu_config(chosen).label(), 0.0),
             "tuned_vs_grid_best_paired": paired(max(rates, key=rates.get), tfgpu_config(chosen)),
         }
     return out
@@ -238,10 +238,6 @@ def tfgpu_config(choices: dict[str, Any]) -> Any:
         bool(choices.get("input")),
         bool(choices.get("jit_compile")),
     )
-
-
-def tfgpu_label(choices: dict[str, Any]) -> str:
-    return tfgpu_config(choices).label()
 
 
 def main() -> None:

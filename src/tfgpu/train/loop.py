@@ -453,8 +453,9 @@ class Trainer:
         }
         if self._several_workers():
             why = "under several workers only steps, input and XLA are"
-            refused.update(precision=config.precision and why, batch=config.batch and why)
-            refused["devices"] = config.devices and why
+            refused.update(
+                precision=config.precision and why, batch=config.batch and why, devices=config.devices and why
+            )
         untuned = self._untuned()
         named = {"jit_compile": "XLA", "precision": config.precision, "batch": f"batch {config.batch}"}
         for field, why in refused.items():

@@ -183,9 +183,8 @@ def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> N
     if not theirs.built:
         with strategy.scope() if strategy is not None else contextlib.nullcontext():
             theirs.build(target.trainable_variables)
-    if type(mine) is not type(
-        theirs
-    ):  # one is a copy in mixed_float16: only the optimizer under the loss scale
+    # one side is a copy in mixed_float16: only the optimizer under its loss scale is copied
+    if type(mine) is not type(theirs):
         mine, theirs = _unscaled(mine), _unscaled(theirs)
         if theirs is not target.optimizer:  # the copy's loss scale starts as a new one does
             target.optimizer.step_counter.assign(0)
