@@ -168,7 +168,7 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
         )
         tuner.examples = float(examples)
         with timing.restored(trainer.model):
-            return statistics.median(tuner.compare("grid", configs[a], b))
+            return statistics.median(tuner.compare("grid", configs[a], b, gain=None))
 
     return rates, time.perf_counter() - started, paired
 

@@ -146,6 +146,21 @@ def test_a_gain_within_the_noise_is_not_taken():
     assert tuning.decide([1.2, 1.1, 1.05])
     assert not tuning.decide([1.4, 0.98, 1.3])  # one round against it: inside the spread
     assert not tuning.decide([1.02, 1.01, 1.02])  # below 3%
+    assert not tuning.decide([1.2, 1.1])  # a round to come
+
+
+def test_the_rounds_stop_once_the_candidate_has_lost():
+    """A round against the candidate, or two of three below the gain: the rounds left could not
+    take it, so they are not run (2 measurements instead of 6); a winner runs all three."""
+    assert tuning.lost([0.99]) and tuning.lost([1.01, 1.02]) and not tuning.lost([1.05, 1.01])
+    assert tuning.lost([1.04, 1.03], gain=1.05) and not tuning.lost([1.06, 1.04], gain=1.05)
+    for rate, rounds in ((900.0, 1), (1010.0, 2), (1100.0, 3)):
+        bench = FakeBench(lambda config, rate=rate: rate if config.input else 1000.0)
+        found = tuner(bench, knobs=("input",))
+        assert found.compare("input", DEFAULT, Config(100, input=True)) == [rate / 1000] * rounds
+        assert len(bench.calls) == 2 * rounds and found.trials[-1]["rounds"] == rounds
+    assert "(1 of 3: lost)" in tuning.trial_row({**found.trials[-1], "rounds": 1})[-1]
+    assert len(found.compare("grid", DEFAULT, Config(100, input=True), gain=None)) == 3
 
 
 def test_the_budget_holds_when_each_measurement_is_slow():

@@ -25,7 +25,7 @@ and trains with the fastest. The knobs, in the order that usually matters:
 
 Each choice is made from paired, interleaved rounds (A B, B A, A B: these machines drift and are
 bimodal), and taken only when every round's ratio favours it (its spread clears 1) and the median
-gains at least 3%; the whole choice is then timed against the default (the ``together`` trial, the
+gains at least 3% (the rounds stop once it cannot); the whole choice is then timed against the default (the ``together`` trial, the
 run's before and after) and kept only when it wins there too. Trials run from fresh iterators over the same data and are wrapped in
 ``timing.restored``: the user's callbacks, History, checkpoints and metrics never see them, and
 the model trains from exactly the state an untuned run starts from; the result-preserving knobs
@@ -283,6 +283,8 @@ TRIAL_COLUMNS = ("knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread"
 def trial_row(trial: dict[str, Any]) -> list[str]:
     """One trial (``Tuner.compare``'s record) as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
     low, high = trial["spread"]
+    rounds = trial.get("rounds", ROUNDS)
+    spread = f"{low:.2f}-{high:.2f}" + (f" ({rounds} of {ROUNDS}: lost)" if rounds < ROUNDS else "")
     return [
         {"steps_per_execution": "K", "jit_compile": "XLA", "batch_size": "batch"}.get(
             trial["knob"], trial["knob"]
@@ -292,7 +294,7 @@ def trial_row(trial: dict[str, Any]) -> list[str]:
         f"{trial['baseline_examples_per_s']:,.0f}",
         f"{trial['candidate_examples_per_s']:,.0f}",
         f"{trial['ratio']:.2f}x",
-        f"{low:.2f}-{high:.2f}",
+        spread,
     ]
 
 
@@ -310,7 +312,13 @@ def short(label: str) -> str:
 
 def decide(ratios: list[float], *, gain: float = MIN_GAIN) -> bool:
     """Take a candidate: every round favours it and the median gains ``gain``."""
-    return bool(ratios) and min(ratios) > 1.0 and statistics.median(ratios) >= gain
+    return len(ratios) == ROUNDS and min(ratios) > 1.0 and statistics.median(ratios) >= gain
+
+
+def lost(ratios: list[float], *, gain: float = MIN_GAIN) -> bool:
+    """No rounds to come can make ``decide`` take the candidate: one round is against it, or
+    more than half of the rounds are below ``gain`` (the median of all will be too)."""
+    return min(ratios) <= 1.0 or sum(r < gain for r in ratios) > ROUNDS // 2
 
 
 class Tuner:
@@ -339,7 +347,7 @@ class Tuner:
         self.policy, self.replicas, self.clock = policy, replicas, clock
         self.trials: list[dict[str, Any]] = []
         self.notes: list[str] = []
-        self.examples, self.compared_s = float(batch), 0.0
+        self.examples, self.round_s = float(batch), 0.0
 
     def calibrate(self) -> None:
         """Examples per measurement: the budget over the measurements to come."""
@@ -359,8 +367,11 @@ class Tuner:
     def _steps_for(self, config: Config) -> int:
         return max(config.steps_per_execution, int(self.examples / (config.batch or self.batch)))
 
-    def compare(self, knob: str, a: Config, b: Config) -> list[float]:
-        """Paired rounds of ``a`` and ``b`` (order alternating): b's examples/s over a's."""
+    def compare(self, knob: str, a: Config, b: Config, *, gain: float | None = MIN_GAIN) -> list[float]:
+        """Paired rounds of ``a`` and ``b`` (order alternating): b's examples/s over a's. The
+        rounds stop once ``b`` can no longer make ``gain`` (``decide``: a round against it, or
+        most rounds below the gain): the rest could not take it, and most candidates lose, so
+        this spares most of the budget for the knobs after. ``gain=None``: every round."""
         ratios, rates_a, rates_b, started = [], [], [], self.clock()
         steps_a, steps_b = self._steps_for(a), self._steps_for(b)
         for r in range(ROUNDS):
@@ -373,6 +384,8 @@ class Tuner:
             rates_a.append(ra)
             rates_b.append(rb)
             ratios.append(rb / max(ra, 1e-9))
+            if gain is not None and lost(ratios, gain=gain):
+                break
         self.trials.append(
             {
                 "knob": knob,
@@ -382,18 +395,19 @@ class Tuner:
                 "candidate_examples_per_s": round(statistics.median(rates_b), 1),
                 "ratio": round(statistics.median(ratios), 3),
                 "spread": [round(min(ratios), 3), round(max(ratios), 3)],
+                "rounds": len(ratios),
             }
         )
-        self.compared_s = self.clock() - started
+        self.round_s = (self.clock() - started) / len(ratios)
         return ratios
 
     def spent(self, what: str) -> bool:
         """Whether the budget would be spent by ``what``'s comparison and the proof that must
-        follow it, each forecast to cost what the last comparison did; then ``what`` is not
-        tried, and the run says so. A slow step measured in whole calls of the default's steps
+        follow it, each forecast at all its rounds, each round costing what the last one did;
+        then ``what`` is not tried, and the run says so. A slow step measured in whole calls of the default's steps
         could otherwise take the budget twice over (the conv net of bench/tune_bench.py: 43 s of
         a 20 s budget)."""
-        over = self.clock() - self.started + 2 * self.compared_s > self.budget_s
+        over = self.clock() - self.started + 2 * ROUNDS * self.round_s > self.budget_s
         if over:
             self.notes.append(f"budget of {self.budget_s:.0f} s spent: {what} not tried")
         return over
@@ -519,7 +533,7 @@ class Tuner:
                 self.notes.append(f"batch {batch} not tried: the data holds {held} batches of it")
                 break
             try:
-                ratios = self.compare("batch_size", best, candidate)
+                ratios = self.compare("batch_size", best, candidate, gain=MIN_BATCH_GAIN)
             except DoesNotFit:
                 self.notes.append(f"batch {batch} does not fit in device memory")
                 break
