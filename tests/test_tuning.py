@@ -26,11 +26,14 @@ class FakeBench:
     """A step whose rate (and loss) is known for each configuration (no clock): ``rates(config)``,
     ``losses(config)``; a rate of None: the configuration does not fit in memory."""
 
+    examples_per_step = None  # the tuner's batch
+
     def __init__(self, rates, *, max_steps=None, losses=lambda config: 1.0):
-        self.rates, self.steps, self.losses, self.calls = rates, max_steps, losses, []
+        self.rates, self.steps, self.losses, self.calls, self.asked = rates, max_steps, losses, [], []
 
     def rate(self, config, steps):
         self.calls.append(config)
+        self.asked.append(steps)
         rate = self.rates(config)
         if rate is None:
             raise tuning.DoesNotFit("out of memory")
@@ -103,6 +106,31 @@ def test_the_steps_ladder_starts_at_the_run_s_default():
     )
 
 
+def test_a_dataset_s_steps_are_sized_by_the_examples_a_step_takes():
+    """A Dataset's batches are its own (the Trainer's batch is 1 there): the tuner sizes its
+    measurements by the examples a step was measured to take, 32 here, not by 1 (32x too many
+    steps a measurement); no rung is more than half the data (256 steps: K=256 not tried)."""
+
+    class DatasetBench(FakeBench):
+        examples_per_step = 32.0
+
+    found = Tuner(
+        DatasetBench(dispatch_bound, max_steps=256),
+        model=None,
+        options=TuneOptions(knobs=("steps_per_execution", "input"), budget_s=20),
+        default=DEFAULT,
+        batch=1,
+        run_steps=None,
+        fixed_steps=False,
+    )
+    found.run()
+    rate = dispatch_bound(DEFAULT)
+    examples = 0.8 * 20 * rate / (2 * tuning.ROUNDS * 5)  # the rungs above K=100, input, XLA, the proof
+    assert found.examples == pytest.approx(examples)
+    assert found.bench.asked[1:] == [int(examples / 32)] * (len(found.bench.asked) - 1)
+    assert not [t for t in found.trials if t["knob"] == "steps_per_execution"]
+
+
 def test_nothing_helps_keeps_the_defaults():
     found = tuner(FakeBench(lambda config: 1000.0))
     config, choices, gains = found.run()
@@ -121,7 +149,7 @@ def test_a_choice_the_proof_does_not_confirm_keeps_the_default():
             return 1000.0
         return 900.0 if len(bench.calls) > 13 else 1000.0 * (1.1 if config.input else 1.05)
 
-    bench = FakeBench(rates, max_steps=4)
+    bench = FakeBench(rates, max_steps=8)
     found = tuner(bench, default=Config(1), xla="not here")
     config, choices, _ = found.run()
     assert config == Config(1) and choices == {"steps_per_execution": 1, "input": False, "jit_compile": False}

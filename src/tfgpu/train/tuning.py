@@ -5,7 +5,7 @@ data, through its own compiled execution (``train.timing``: the measurement diag
 and trains with the fastest. The knobs, in the order that usually matters:
 
 - ``steps_per_execution``: the rungs 1, 4, 16, 64, 256, 1024 above the run's default (one call
-  per log window; no more than an epoch), upwards until a rung gains less than 3% over the one
+  per log window; no more than half an epoch), upwards until a rung gains less than 3% over the one
   below (the gain said is the product of the rungs');
 - ``input``: tf.data's own optimizations that change no result: sequential maps made parallel
   (deterministic order kept), batching in parallel, autotuned buffers, a prefetch injected;
@@ -247,6 +247,7 @@ class Bench:
         model: Callable[[Config], Any] = lambda config: None,
     ) -> None:
         self.iterator, self.execution, self.max_steps, self.model = iterator, execution, max_steps, model
+        self.examples_per_step: float | None = None  # the last measurement's: a Dataset's own batch
 
     def rate(self, config: Config, steps: int) -> tuple[float, float]:
         """(examples/s, the last call's loss) over ``steps`` steps of ``config`` from a fresh
@@ -274,6 +275,7 @@ class Bench:
             seconds, _, outputs = timing.run(execute, self.iterator(config), steps=steps, per_call=k)
         logs = outputs[-1]["logs"]
         loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
+        self.examples_per_step = timing.examples(outputs) / (len(outputs) * k)
         return timing.examples(outputs) / max(seconds, 1e-9), loss
 
 
@@ -347,25 +349,29 @@ class Tuner:
         self.policy, self.replicas, self.clock = policy, replicas, clock
         self.trials: list[dict[str, Any]] = []
         self.notes: list[str] = []
-        self.examples, self.round_s = float(batch), 0.0
+        self.examples, self.round_s, self.per_step = float(batch), 0.0, float(batch)
 
     def calibrate(self) -> None:
         """Examples per measurement: the budget over the measurements to come."""
         k_default = self.default.steps_per_execution
         rate, _ = self.bench.rate(self.default, k_default)
         rate = max(rate, 1e-9)
-        estimated = self.run_steps * self.batch / rate if self.run_steps else None
+        # a Dataset's batches are its own (the Trainer's batch is 1 there): steps are sized by
+        # the examples a step was measured to take, else a measurement ran 32x too long
+        self.per_step = float(self.bench.examples_per_step or self.batch)
+        estimated = self.run_steps * self.per_step / rate if self.run_steps else None
         self.budget_s = budget(self.options, estimated_run_s=estimated)
         knobs = self.options.knobs
         rungs = sum(k > k_default for k in STEPS) if self._tunes_steps() else 0
         trials = rungs + 3 + ("precision" in knobs) + ("devices" in knobs) + 4 * ("batch_size" in knobs)
-        self.examples = max(float(self.batch), 0.8 * self.budget_s * rate / (2 * ROUNDS * trials))
+        self.examples = max(self.per_step, 0.8 * self.budget_s * rate / (2 * ROUNDS * trials))
 
     def _tunes_steps(self) -> bool:
         return "steps_per_execution" in self.options.knobs and not self.fixed_steps
 
     def _steps_for(self, config: Config) -> int:
-        return max(config.steps_per_execution, int(self.examples / (config.batch or self.batch)))
+        per_step = self.per_step * (config.batch or self.batch) / self.batch
+        return max(config.steps_per_execution, int(self.examples / per_step))
 
     def compare(self, knob: str, a: Config, b: Config, *, gain: float | None = MIN_GAIN) -> list[float]:
         """Paired rounds of ``a`` and ``b`` (order alternating): b's examples/s over a's. The
@@ -466,7 +472,11 @@ class Tuner:
         comparison of the budget, and a rung below that lost in the noise (every round must
         favour it) used to stop the ladder short of the one above the default that wins (the
         default K=100 read 0.86x of K=256 on a small MLP the old ladder left at the default)."""
-        limit = min(self.bench.max_steps(base) or max(STEPS), max(1, int(2 * self.examples / self.batch)))
+        # half the data at most: a measurement's untimed call and timed calls from one pass (a
+        # rung of a whole epoch timed two passes a measurement, and its round's cost, forecast
+        # for the knobs after, spent the budget before them)
+        held = self.bench.max_steps(base)
+        limit = min(held // 2 if held else max(STEPS), max(1, int(2 * self.examples / self.per_step)))
         candidates = [k for k in STEPS if base.steps_per_execution < k <= limit]
         best, gain = base, None
         for k in candidates:
