@@ -25,11 +25,12 @@ and trains with the fastest. The knobs, in the order that usually matters:
 
 Each choice is made from paired, interleaved rounds (A B, B A, A B: these machines drift and are
 bimodal), and taken only when every round's ratio favours it (its spread clears 1) and the median
-gains at least 3% (the rounds stop once it cannot); the whole choice is then timed against the default (the ``together`` trial, the
-run's before and after) and kept only when it wins there too. Trials run from fresh iterators over the same data and are wrapped in
-``timing.restored``: the user's callbacks, History, checkpoints and metrics never see them, and
-the model trains from exactly the state an untuned run starts from; the result-preserving knobs
-(steps per call and input; XLA up to its checked tolerance) leave the weights those of the untuned run.
+gains at least 3% (the rounds stop once it cannot); the whole choice is then timed against the
+default (the ``together`` trial, the run's before and after) and kept only when it wins there
+too. Trials run from fresh iterators over the same data and are wrapped in ``timing.restored``:
+the user's callbacks, History, checkpoints and metrics never see them, and the model trains from
+exactly the state an untuned run starts from; the result-preserving knobs (steps per call and
+input; XLA up to its checked tolerance) leave the weights those of the untuned run.
 
 The choice is kept: in ``checkpoint_dir`` (else ``log_dir``) as ``tfgpu-tuning.json``, else in
 tfgpu's cache (``TFGPU_CACHE_DIR``) under a key of the model's structure, the data's signature,
@@ -410,9 +411,9 @@ class Tuner:
     def spent(self, what: str) -> bool:
         """Whether the budget would be spent by ``what``'s comparison and the proof that must
         follow it, each forecast at all its rounds, each round costing what the last one did;
-        then ``what`` is not tried, and the run says so. A slow step measured in whole calls of the default's steps
-        could otherwise take the budget twice over (the conv net of bench/tune_bench.py: 43 s of
-        a 20 s budget)."""
+        then ``what`` is not tried, and the run says so. A slow step measured in whole calls of
+        the default's steps could otherwise take the budget twice over (the conv net of
+        bench/tune_bench.py: 43 s of a 20 s budget)."""
         over = self.clock() - self.started + 2 * ROUNDS * self.round_s > self.budget_s
         if over:
             self.notes.append(f"budget of {self.budget_s:.0f} s spent: {what} not tried")
