@@ -287,7 +287,7 @@ def trial_row(trial: dict[str, Any]) -> list[str]:
     """One trial (``Tuner.compare``'s record) as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
     low, high = trial["spread"]
     rounds = trial.get("rounds", ROUNDS)
-    spread = f"{low:.2f}-{high:.2f}" + (f" ({rounds} of {ROUNDS}: lost)" if rounds < ROUNDS else "")
+    spread = f"{low:.2f}-{high:.2f}" + (f" ({rounds}/{ROUNDS})" if rounds < ROUNDS else "")  # stopped: lost
     return [
         {"steps_per_execution": "K", "jit_compile": "XLA", "batch_size": "batch"}.get(
             trial["knob"], trial["knob"]
