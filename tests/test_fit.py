@@ -172,6 +172,7 @@ def test_a_tf_data_dataset_of_global_batches(reference):
         history = tfgpu.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(48), epochs=2, verbose=0)
         same_history(history.history, keras_history.history)
         same_weights(model.get_weights(), expected.get_weights())
+        assert history.train_result.global_batch == 48  # the dataset's batch (the Trainer's is 1)
     # an infinite dataset, then a finite one, on the same model and replicas: the compiled loop
     # traced for the first must still see the end of the second (TF's distributed iterator
     # drops its end-of-data check for infinite datasets; its type spec does not say so)

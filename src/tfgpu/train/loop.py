@@ -255,7 +255,7 @@ class Trainer:
 
         run = RunLog(
             options=self.options,
-            global_batch=self.global_batch,
+            global_batch=None if isinstance(self.task.train_data, _dataset_type()) else self.global_batch,
             is_chief=self.is_chief,
             total_steps=steps,
             on_progress=self.on_progress,

@@ -146,7 +146,7 @@ class RunLog:
         self,
         *,
         options: TrainOptions,
-        global_batch: int,
+        global_batch: int | None,
         is_chief: bool,
         total_steps: int | None,
         on_progress: Callable[[Progress], None] | None,
@@ -160,6 +160,7 @@ class RunLog:
         self.history: list[dict[str, Any]] = []
         self.timeline: list[dict[str, float]] = []
         self.examples = 0
+        self.steps_run = 0  # this run's (a resumed run's counter starts past 0)
         self.raw_wait = self.raw_wall = 0.0  # everything, start-up costs included
         self.epoch_steps = 0
         self.logs: dict[str, Any] = {}  # the last window's
@@ -190,6 +191,7 @@ class RunLog:
             return
         figures = read(window, workers=self.workers, nan_raises=self.nan_raises)
         self.examples += figures.examples
+        self.steps_run += window.steps
         self.raw_wait += figures.raw_wait
         self.raw_wall += figures.raw_wall
         if window.warm_up is not None:
@@ -277,6 +279,11 @@ class RunLog:
             "epochs": epochs,
         }
 
+    def _examples_per_step(self) -> int:
+        """A Dataset's global batch, as trained: its batches are its own (the Trainer's batch
+        is 1 there), so the result says what a step took (a partial last batch lowers it)."""
+        return round(self.examples / self.steps_run) if self.steps_run else 0
+
     def result(
         self, *, steps: int, epochs: int, replicas: int, final: str | None, resumed: str | None
     ) -> TrainResult:
@@ -288,7 +295,7 @@ class RunLog:
         return TrainResult(
             steps=steps,
             epochs=epochs,
-            global_batch=self.global_batch,
+            global_batch=self.global_batch or self._examples_per_step(),
             replicas=replicas,
             seconds=elapsed,
             examples_per_s=steady.examples_per_s if has_steady else overall,
