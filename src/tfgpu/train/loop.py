@@ -104,6 +104,8 @@ class Trainer:
                 fix="use jit_compile with GPUs or a single device, or leave it off on the CPU",
             )
         self.global_batch = task.batch_size * self.replicas
+        # a tf.data.Dataset brings its own global batches (the Trainer's batch is 1 there)
+        self._batched = isinstance(task.train_data, _dataset_type())
         spec = distribute.cluster_of(self.strategy)
         feed = distribute.input_strategy(self.strategy, in_cluster=spec is not None)
         self._direct = feed is None
@@ -119,9 +121,9 @@ class Trainer:
         )
         choices.record(
             "global_batch",
-            "from the dataset" if isinstance(task.train_data, _dataset_type()) else f"{self.global_batch}",
+            "from the dataset" if self._batched else f"{self.global_batch}",
             "its batches are global batches, split over the replicas"
-            if isinstance(task.train_data, _dataset_type())
+            if self._batched
             else f"{task.batch_size} per replica x {self.replicas} replicas",
         )
         k = self.options.execution_steps
@@ -255,7 +257,7 @@ class Trainer:
 
         run = RunLog(
             options=self.options,
-            global_batch=None if isinstance(self.task.train_data, _dataset_type()) else self.global_batch,
+            global_batch=None if self._batched else self.global_batch,
             is_chief=self.is_chief,
             total_steps=steps,
             on_progress=self.on_progress,
@@ -486,7 +488,7 @@ class Trainer:
     def _batch_refused(self) -> str | None:
         """Why tuning cannot change the batch (None: it can): data that comes batched."""
         data = self.task.train_data
-        if isinstance(data, _dataset_type()):
+        if self._batched:
             return "the tf.data.Dataset is batched already"
         if callable(data) and not inputs.takes_batch(data):
             return "the data function batches its data itself (it takes no batch size)"
