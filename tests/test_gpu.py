@@ -15,7 +15,7 @@ import pytest
 
 from conftest import gpu_environ, run_cli
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.process]
 PY = sys.executable
 
 
@@ -128,7 +128,7 @@ expected = theirs.fit(x, y, batch_size=256, epochs=3, shuffle=False, validation_
 print(json.dumps({
     "on_gpu": "GPU" in ours.trainable_variables[0].value.device,
     "val_auc": history.history["val_auc"], "keras_val_auc": expected.history["val_auc"],
-    "eval": tfgpu.evaluate(ours, x, y, batch_size=500), "keras_eval": ours.evaluate(x, y, batch_size=500, verbose=0, return_dict=True),
+    "eval": tfgpu.evaluate(ours, x, y, batch_size=500, return_dict=True), "keras_eval": ours.evaluate(x, y, batch_size=500, verbose=0, return_dict=True),
     "predict_matches": bool(np.allclose(tfgpu.predict(ours, x, batch_size=512), ours.predict(x, batch_size=512, verbose=0), rtol=1e-4, atol=1e-5)),
 }))
 """
