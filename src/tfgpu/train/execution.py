@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
-from tfgpu.train import accumulation, remat
+from tfgpu.train import accumulation, losses, remat
 
 _COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (state, {key: fn})
 
@@ -191,7 +191,8 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
 
     def body(batch: Any, state: Any, index: Any) -> Any:
         finite_steps, examples, last = state
-        outputs = strategy.run(step, args=(batch,))
+        with losses.scaled_scalar_losses():  # a 0-d loss trains as on one device
+            outputs = strategy.run(step, args=(batch,))
         # the logged loss is the epoch's running mean: non-finite from the first bad step on, so
         # the count of finite steps is that step's index (two scalar ops a step, no comparison)
         return (
@@ -275,7 +276,9 @@ def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, An
         return tf.cond(rows > 0, run, skip)[1]
 
     def body(batch: Any, state: Any, index: Any) -> Any:
-        return step_logs.update(strategy.run(replica, args=(batch,)), state)
+        with losses.scaled_scalar_losses():  # a 0-d loss reported as on one device
+            outputs = strategy.run(replica, args=(batch,))
+        return step_logs.update(outputs, state)
 
     @tf.function
     def evaluate(iterator: Any, limit: Any) -> dict[str, Any]:

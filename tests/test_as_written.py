@@ -1,0 +1,83 @@
+"""Issue 43: a model as its authors wrote it (built anywhere, with any loss) trains on N replicas
+to one device's numbers. Each test compares with Keras's own fit on one device."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfgpu
+from conftest import local_strategy
+
+
+def mean_squared(y, p):
+    """A loss that returns one number for the batch (keras-io's contrastive loss ends so)."""
+    return keras.ops.mean(keras.ops.square(y - p))
+
+
+def regression(rows: int = 288):
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(rows, 4)).astype("float32"), rng.normal(size=(rows, 1)).astype("float32")
+
+
+def small(loss=mean_squared):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    return model
+
+
+FIT = dict(batch_size=48, epochs=2, shuffle=False, verbose=0)
+
+
+@pytest.fixture(scope="module")
+def one_device():
+    x, y = regression()
+    model = small()
+    history = model.fit(x, y, **FIT)
+    return {
+        "weights": model.get_weights(),
+        "loss": history.history["loss"],
+        "eval": model.evaluate(x, y, verbose=0),
+    }
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_a_0d_loss_trains_as_on_one_device(one_device, replicas, clean_choices):
+    x, y = regression()
+    with local_strategy(replicas).scope():
+        model = small()
+    history = tfgpu.fit(model, x, y, **FIT)
+    assert history.history["loss"] == pytest.approx(one_device["loss"], rel=1e-5)
+    for ours, theirs in zip(model.get_weights(), one_device["weights"], strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert tfgpu.evaluate(model, x, y, verbose=0) == pytest.approx(one_device["eval"], rel=1e-5)
+    from tfgpu import choices
+
+    assert "0-d loss" in choices.as_dict()  # said once, in the run's summary
+
+
+def test_keras_own_fit_is_left_as_keras_makes_it():
+    """The scaling is tfgpu's, in its own traces: Keras's fit under the same strategy still
+    trains the 0-d loss twice too far (the defect tfgpu corrects), proving the patch is scoped."""
+    x, y = regression()
+    with local_strategy(2).scope():
+        model = small()
+    history = model.fit(x, y, **FIT)
+    keras_loss = keras.src.losses.loss
+    assert keras_loss.reduce_values.__module__ == "keras.src.losses.loss"
+    single = small().fit(x, y, **FIT).history["loss"]
+    assert history.history["loss"][0] > 1.5 * single[0]  # N times the loss reported, and trained so
+
+
+def test_keras_still_has_what_the_scaling_wraps():
+    """Fails loudly when a Keras release moves reduce_values: tfgpu/train/losses.py must follow."""
+    from tfgpu.train import losses
+
+    keras_loss = losses.check_keras()
+    assert keras_loss.reduce_values(tf.constant(3.0)).shape == ()  # still returned early, unscaled
+    with local_strategy(2).scope(), losses.scaled_scalar_losses():
+        assert float(keras_loss.reduce_values(tf.constant(3.0))) == pytest.approx(1.5)
+    assert keras_loss.reduce_values.__module__ == "keras.src.losses.loss"
