@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune clean
+.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,9 @@ bench-tune: $(STAMP)
 
 bench-predict: $(STAMP)
 	cd bench && ../$(BIN)/python predict_bench.py
+
+bench-predict-arrays: $(STAMP)
+	cd bench && ../$(BIN)/python predict_arrays_bench.py --pin
 
 bench-diagnose: $(STAMP)
 	cd bench && ../$(BIN)/python diagnose_bench.py

@@ -81,3 +81,45 @@ def test_keras_still_has_what_the_scaling_wraps():
     with local_strategy(2).scope(), losses.scaled_scalar_losses():
         assert float(keras_loss.reduce_values(tf.constant(3.0))) == pytest.approx(1.5)
     assert keras_loss.reduce_values.__module__ == "keras.src.losses.loss"
+
+
+class Autoencoder(keras.Model):
+    """keras-io's VAE shape: a custom train_step on x alone, which reads the batch it is given."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(4)
+        self.seen = []
+        self.tracker = keras.metrics.Mean(name="loss")
+
+    def call(self, x):
+        return self.dense(x)
+
+    def train_step(self, data):
+        self.seen.append(tf.nest.map_structure(lambda t: tuple(t.shape), data))
+        with tf.GradientTape() as tape:
+            loss = keras.ops.mean(keras.ops.square(self(data) - data))
+        grads = tape.gradient(loss, self.trainable_weights)
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        self.tracker.update_state(loss)
+        return {"loss": self.tracker.result()}
+
+    @property
+    def metrics(self):
+        return [self.tracker]
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_x_alone_reaches_train_step_as_keras_gives_it(replicas):
+    x = np.random.default_rng(1).normal(size=(96, 4)).astype("float32")
+    theirs = Autoencoder()
+    theirs.compile(optimizer="sgd")
+    theirs.fit(x, batch_size=48, epochs=1, verbose=0)
+    with local_strategy(replicas).scope():
+        ours = Autoencoder()
+        ours.compile(optimizer="sgd")
+    tfgpu.fit(ours, x, batch_size=48, epochs=1, verbose=0)
+    def a_tensor(shape):  # (rows, 4), not the 1-tuple ((rows, 4),)
+        return len(shape) == 2 and shape[1] == 4
+
+    assert a_tensor(theirs.seen[-1]) and ours.seen and all(a_tensor(s) for s in ours.seen), ours.seen

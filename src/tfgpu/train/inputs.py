@@ -144,7 +144,7 @@ class Input:
                     fix="lower Task.batch_size, or give more rows",
                 )
             with tf.device("/cpu:0"):
-                self._tensors = tf.nest.map_structure(tf.convert_to_tensor, tuple(source))
+                self._tensors = tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source)))
             self._rows = rows
             if training:
                 self.steps_per_epoch = rows // global_batch
@@ -310,6 +310,15 @@ class Input:
             .prefetch(tf.data.AUTOTUNE)
             .with_options(parallel_options(tf, autotune=False))
         )
+
+
+def _as_keras_packs(parts: tuple[Any, ...]) -> Any:
+    """The batch structure Keras gives ``train_step`` for these arrays: x alone when only x was
+    given (``pack_x_y_sample_weight``), not the 1-tuple ``(x,)`` (keras-io's VAE read its images
+    as ``data[0]``, and got a batch of one); a tuple of several inputs stays ``(x,)``."""
+    if len(parts) == 1 and not isinstance(parts[0], tuple | list):
+        return parts[0]
+    return parts
 
 
 def _copied_to_each_worker(dataset: Any) -> Callable[[Any], Any]:
