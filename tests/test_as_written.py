@@ -100,7 +100,7 @@ class Autoencoder(keras.Model):
         with tf.GradientTape() as tape:
             loss = keras.ops.mean(keras.ops.square(self(data) - data))
         grads = tape.gradient(loss, self.trainable_weights)
-        self.optimizer.apply_gradients(zip(grads, self.trainable_weights))
+        self.optimizer.apply_gradients(zip(grads, self.trainable_weights, strict=True))
         self.tracker.update_state(loss)
         return {"loss": self.tracker.result()}
 
@@ -119,6 +119,7 @@ def test_x_alone_reaches_train_step_as_keras_gives_it(replicas):
         ours = Autoencoder()
         ours.compile(optimizer="sgd")
     tfgpu.fit(ours, x, batch_size=48, epochs=1, verbose=0)
+
     def a_tensor(shape):  # (rows, 4), not the 1-tuple ((rows, 4),)
         return len(shape) == 2 and shape[1] == 4
 
