@@ -544,6 +544,22 @@ def parallel_options(tf: Any, *, autotune: bool) -> Any:
     return options
 
 
+def in_memory_options(tf: Any) -> Any:
+    """tf.data options for a pipeline that gathers from tensors held in memory (arrays given to
+    fit or predict): no graph rewrites.
+
+    tf.data applies its static optimizations by serializing the dataset's graph, and a captured
+    tensor goes into it as a constant: 0.85 s of each ``tfgpu.predict`` call on 200,000 x 784
+    float32 rows (627 MB), about half its time, went to making the iterator. Keras's array
+    adapter turns them off for the same reason; a fit on such arrays paid it once per call. The
+    map stages here already run in parallel.
+    """
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    options.experimental_optimization.apply_default_optimizations = False
+    return options
+
+
 def _output(manifest: Manifest, *, with_ids: bool, supervised: bool) -> Callable[[dict[str, Any]], Any]:
     label = manifest.label
 

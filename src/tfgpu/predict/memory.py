@@ -14,6 +14,7 @@ import concurrent.futures
 from typing import Any
 
 from tfgpu import distribute, host
+from tfgpu.data.pipeline import in_memory_options
 from tfgpu.errors import ConfigError
 from tfgpu.ingraph import bounded
 
@@ -55,7 +56,7 @@ def predict_arrays(
     )
     strategy, model = (evaluation_strategy(asked[0]), asked[1]) if asked else _strategy(model, strategy)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
-    per_call = steps_per_execution or DEFAULT_STEPS_PER_EXECUTION
+    per_call = steps_per_execution or _per_call(callbacks)
     _check_sizes(batch_size, per_call, steps, x)
     if isinstance(x, tf.data.Dataset):
         _check_dataset_on_workers(strategy, replicas)
@@ -70,9 +71,7 @@ def predict_arrays(
             rows = min(rows, steps * global_batch)
         dataset = _batches(tensors, rows=rows, global_batch=global_batch)
     iterator = _iterator(strategy, dataset, per_replica=None if rows is None else global_batch // replicas)
-    call = _compiled(
-        strategy, model, iterator, per_call=per_call, spec=dataset.element_spec, arrays=rows is not None
-    )
+    call = _compiled(strategy, model, per_call=per_call, spec=dataset.element_spec, arrays=rows is not None)
     listed = _callbacks(
         callbacks, model=model, verbose=verbose, steps=None if rows is None else -(-rows // global_batch)
     )
@@ -81,7 +80,7 @@ def predict_arrays(
     with concurrent.futures.ThreadPoolExecutor(1) as copier:
         while True:
             listed.on_predict_batch_begin(done)
-            taken, outputs = call()
+            taken, outputs = call(iterator)
             if int(taken):  # a host-side counter: reading it does not wait for the device
                 parts.append(copier.submit(tf.nest.map_structure, lambda t: t.numpy(), outputs))
                 done += int(taken)
@@ -93,6 +92,24 @@ def predict_arrays(
     if not arrays:
         raise ConfigError("x gave no batch to predict on", value=type(x).__name__, fix="pass data with rows")
     return tf.nest.map_structure(lambda *leaves: np.concatenate(leaves)[:rows], *arrays)
+
+
+def _per_call(callbacks: Any) -> int:
+    """Batches per compiled call: 16, or one when a callback acts on every predict batch (as
+    Keras's ``predict`` calls it at its default of one step per call; said once)."""
+    from tfgpu import choices
+    from tfgpu.train.callbacks import acting_per_batch
+
+    acting = acting_per_batch(list(callbacks or ()), kind="predict")
+    if not acting:
+        return DEFAULT_STEPS_PER_EXECUTION
+    choices.record(
+        "predict.steps_per_execution",
+        1,
+        f"{', '.join(sorted(set(acting)))} acts on every predict batch, as under Keras's predict "
+        "(pass steps_per_execution=K for K batches a call: faster, batch hooks every K batches)",
+    )
+    return 1
 
 
 def _check_sizes(batch_size: Any, per_call: Any, steps: Any, x: Any) -> None:
@@ -215,11 +232,35 @@ def _batches(tensors: Any, *, rows: int, global_batch: int) -> Any:
             num_parallel_calls=host.cores(),
         )
         .prefetch(tf.data.AUTOTUNE)
+        .with_options(in_memory_options(tf))
     )
 
 
-def _compiled(strategy: Any, model: Any, iterator: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:
-    """fn() -> (batches taken, the outputs of up to ``per_call`` batches, on the device)."""
+def _compiled(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:
+    """fn(iterator) -> (batches taken, the outputs of up to ``per_call`` batches, on the device).
+
+    Made once per model, strategy and input structure (``execution.cached``, dropped on
+    ``compile()``), as Keras keeps its ``predict_function``: a new trace each call cost 0.1-0.2 s
+    of every ``tfgpu.predict`` on a small MLP. The iterator is an argument, so a new one of the
+    same structure reuses the trace.
+    """
+    from tfgpu.train import execution
+
+    key = ("predict", strategy, per_call, arrays, _spec_key(spec))
+    return execution.cached(
+        model, key, lambda: _trace(strategy, model, per_call=per_call, spec=spec, arrays=arrays)
+    )
+
+
+def _spec_key(spec: Any) -> Any:
+    import tensorflow as tf
+
+    return tuple((str(s.shape), s.dtype.name) for s in tf.nest.flatten(spec)), str(
+        tf.nest.map_structure(lambda _: 0, spec)
+    )
+
+
+def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:
     import keras
     import tensorflow as tf
     from keras.src.backend import compute_output_spec  # what Keras's own symbolic build uses
@@ -241,7 +282,7 @@ def _compiled(strategy: Any, model: Any, iterator: Any, *, per_call: int, spec: 
     limit = tf.constant(per_call, tf.int32)
 
     @tf.function(autograph=False)
-    def call() -> Any:  # the iterator is captured: no per-call argument matching
+    def call(iterator: Any) -> Any:
         out = in_graph_loop(
             iterator,
             limit,

@@ -273,7 +273,7 @@ class Input:
         """Index batches of this worker, gathered from the tensors a chunk of batches at a time."""
         import tensorflow as tf
 
-        from tfgpu.data.pipeline import parallel_options
+        from tfgpu.data.pipeline import in_memory_options
 
         rows, tensors = self._rows, self._tensors
         local = max(1, ctx.num_replicas_in_sync // ctx.num_input_pipelines)
@@ -308,7 +308,7 @@ class Input:
         return (
             _gather_in_chunks(index, tensors, per_replica=per_replica, training=self.training)
             .prefetch(tf.data.AUTOTUNE)
-            .with_options(parallel_options(tf, autotune=False))
+            .with_options(in_memory_options(tf))
         )
 
 
