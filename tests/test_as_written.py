@@ -124,3 +124,50 @@ def test_x_alone_reaches_train_step_as_keras_gives_it(replicas):
         return len(shape) == 2 and shape[1] == 4
 
     assert a_tensor(theirs.seen[-1]) and ours.seen and all(a_tensor(s) for s in ours.seen), ours.seen
+
+
+class BatchLog(keras.callbacks.Callback):
+    """Records the batches each per-batch hook saw (keras-io's "writing your own callbacks")."""
+
+    def __init__(self):
+        super().__init__()
+        self.test, self.predict = [], []
+
+    def on_test_batch_end(self, batch, logs=None):
+        self.test.append((batch, round(float(logs["loss"]), 5)))
+
+    def on_predict_batch_end(self, batch, logs=None):
+        self.predict.append(batch)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_test_and_predict_batch_hooks_see_every_batch_as_in_keras(replicas, clean_choices):
+    x, y = regression(rows=192)
+    keras_model, theirs = small("mse"), BatchLog()
+    keras_model.evaluate(x, y, batch_size=48, verbose=0, callbacks=[theirs])
+    keras_model.predict(x, batch_size=48, verbose=0, callbacks=[theirs])
+    keras_model.fit(
+        x, y, batch_size=48, epochs=1, verbose=0, shuffle=False, validation_data=(x, y), callbacks=[theirs]
+    )
+    with local_strategy(replicas).scope():
+        model = small("mse")
+    ours = BatchLog()
+    tfgpu.evaluate(model, x, y, batch_size=48, verbose=0, callbacks=[ours])
+    tfgpu.predict(model, x, batch_size=48, verbose=0, callbacks=[ours])
+    tfgpu.fit(
+        model,
+        x,
+        y,
+        batch_size=48,
+        epochs=1,
+        verbose=0,
+        shuffle=False,
+        validation_data=(x, y),
+        callbacks=[ours],
+    )
+    assert [b for b, _ in ours.test] == [b for b, _ in theirs.test] == [0, 1, 2, 3] * 2
+    assert [loss for _, loss in ours.test] == pytest.approx([loss for _, loss in theirs.test], rel=1e-4)
+    assert ours.predict == theirs.predict == [0, 1, 2, 3]
+    from tfgpu import choices
+
+    assert {"evaluation steps per call", "predict.steps_per_execution"} <= set(choices.as_dict())

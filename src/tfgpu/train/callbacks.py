@@ -117,6 +117,7 @@ def _remove_at_end(directory: str) -> Any:
 _HOOKS = {
     "train": ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end"),
     "test": ("on_test_batch_begin", "on_test_batch_end"),
+    "predict": ("on_predict_batch_begin", "on_predict_batch_end"),
 }
 
 
@@ -167,25 +168,26 @@ def backup_options(options: Any, backup: Any) -> Any:
     )
 
 
-def acting_per_batch(callbacks: Sequence[Any]) -> list[str]:
-    """The user's callbacks that act on every batch: their train batch hooks do something.
+def acting_per_batch(callbacks: Sequence[Any], *, kind: str = "train") -> list[str]:
+    """The user's callbacks that act on every batch: their ``kind`` batch hooks ("train",
+    "test" or "predict") do something.
 
-    Keras calls batch hooks once per compiled call, and its ``fit`` makes one step a call unless
-    the model was compiled with more; a callback that records or saves per batch
-    (``LossHistory``, ``ModelCheckpoint(save_freq=N)``) sees what Keras shows it only at the
-    model's own ``steps_per_execution``. TensorBoard and ModelCheckpoint act per batch only when
-    their frequency is a number of batches; the progress bar only redraws.
+    Keras calls batch hooks once per compiled call, and its ``fit`` / ``evaluate`` / ``predict``
+    make one step a call unless the model was compiled with more; a callback that records or
+    saves per batch (``LossHistory``, ``ModelCheckpoint(save_freq=N)``) sees what Keras shows it
+    only at the model's own ``steps_per_execution``. TensorBoard and ModelCheckpoint act per
+    batch only when their frequency is a number of batches; the progress bar only redraws.
     """
     import keras
 
     names = []
-    for callback in callbacks:
+    for callback in getattr(callbacks, "callbacks", callbacks):
         if isinstance(callback, keras.callbacks.ProgbarLogger | keras.callbacks.BackupAndRestore):
             continue
         if isinstance(callback, keras.callbacks.TensorBoard) and not isinstance(callback.update_freq, int):
             continue
         if isinstance(callback, keras.callbacks.ModelCheckpoint) and not isinstance(callback.save_freq, int):
             continue
-        if any(not getattr(getattr(callback, hook), "_is_default", False) for hook in _HOOKS["train"]):
+        if any(not getattr(getattr(callback, hook), "_is_default", False) for hook in _HOOKS[kind]):
             names.append(type(callback).__name__)
     return names

@@ -42,22 +42,53 @@ class Evaluator:
         self._run = execution.eval_execution(strategy, model, self._rows)
 
     def __call__(self, source: Any, *, limit: int | None = None, callbacks: Any = None) -> dict[str, Any]:
-        """{"examples": n, **the model's logs} over up to ``limit`` batches of ``source`` (an Input)."""
+        """{"examples": n, **the model's logs} over up to ``limit`` batches of ``source`` (an Input).
+
+        The whole evaluation is one compiled call, unless a callback acts on every test batch:
+        then one batch a call, each with its ``on_test_batch_begin`` / ``end`` and the running
+        logs, as Keras's ``evaluate`` calls them at its default of one step per call (said once).
+        """
         model_setup.build(self.model, self.owner, source.spec())
         if callbacks is not None:
             callbacks.on_test_begin()
         self.model.reset_metrics()
         self._rows.assign(0.0)
         iterator, _ = source.iterator(0)
-        out = self._run(iterator, timing.limit(limit or ALL))
-        logs = pythonify(out["logs"])
-        if callbacks is not None:
+        acting = callbacks is not None and callback_setup.acting_per_batch(callbacks, kind="test")
+        if acting:
+            out = self._batch_by_batch(iterator, limit or ALL, callbacks, acting)
+            logs = pythonify(out["logs"])
+        else:
+            out = self._run(iterator, timing.limit(limit or ALL))
+            logs = pythonify(out["logs"])
             steps = int(out["steps"])
-            if steps and callback_setup.has_batch_hooks(callbacks, kind="test"):
+            if callbacks is not None and steps and callback_setup.has_batch_hooks(callbacks, kind="test"):
                 callbacks.on_test_batch_begin(0)
                 callbacks.on_test_batch_end(steps - 1, logs)
+        if callbacks is not None:
             callbacks.on_test_end(logs)
         return {"examples": float(out["examples"]), **logs}
+
+    def _batch_by_batch(self, iterator: Any, limit: int, callbacks: Any, acting: list[str]) -> dict[str, Any]:
+        from tfgpu import choices
+
+        choices.record(
+            "evaluation steps per call",
+            1,
+            f"{', '.join(sorted(set(acting)))} acts on every test batch, as under Keras's evaluate",
+        )
+        one = timing.limit(1)
+        out: dict[str, Any] = {"examples": 0.0, "logs": {}}
+        for step in range(limit):
+            callbacks.on_test_batch_begin(step)
+            ran = self._run(iterator, one)
+            if not int(ran["steps"]):
+                break
+            out = ran
+            callbacks.on_test_batch_end(step, pythonify(ran["logs"]))
+        if not out["logs"]:  # no batch at all: the logs of an empty evaluation, as one call gives
+            out = ran
+        return out
 
 
 def evaluator_for(strategy: Any, model: Any) -> Evaluator:
