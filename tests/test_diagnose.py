@@ -215,10 +215,17 @@ def test_exactly_one_device_side():
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30ms", 0.03), ("1.5 ms", 0.0015), ("0.2s", 0.2), ("250us", 0.00025), ("12", 0.012)],
+    [("30ms", 0.03), ("1.5 ms", 0.0015), ("0.2s", 0.2), ("250us", 0.00025)],
 )
 def test_step_time_parsing(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_a_step_time_without_a_unit_is_refused():
+    """Issue 44: "9" was taken as 9 ms without a word; it is a mistake as often as not."""
+    with pytest.raises(ConfigError, match="needs a unit") as caught:
+        parse_duration("9")
+    assert "9ms" in caught.value.fix
 
 
 @pytest.mark.process

@@ -7,8 +7,11 @@ fix (:class:`tfgpu.errors.TfgpuError`) become one message and exit status 2, nev
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
+import re
 import sys
+from typing import ClassVar
 
 from tfgpu.cli import _common
 
@@ -27,8 +30,49 @@ SUBCOMMANDS = (
 )
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors name the closest command, flag or choice: a mistyped
+    ``trian``, ``--epocs`` or ``--resise`` gets "did you mean ...?" (argparse alone prints only
+    the usage). ``argv`` is kept so an unknown flag is matched against its own command's flags."""
+
+    argv: ClassVar[list[str]] = []  # set by main() before parsing
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        super().error(message + _did_you_mean(self, message))
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, message: str) -> str:
+    choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+    if choice:
+        options = re.findall(r"'([^']*)'", choice.group(2))
+        close = difflib.get_close_matches(choice.group(1), options, n=1)
+        return f"; did you mean '{close[0]}'?" if close else ""
+    unknown = re.search(r"unrecognized arguments: (.*)", message)
+    if not unknown:
+        return ""
+    flags = _flags_of(parser)
+    hints = []
+    for token in unknown.group(1).split():
+        if token.startswith("-"):
+            close = difflib.get_close_matches(token.split("=")[0], flags, n=1)
+            if close:
+                hints.append(f"'{close[0]}' for '{token}'")
+    return f"; did you mean {', '.join(hints)}?" if hints else ""
+
+
+def _flags_of(parser: argparse.ArgumentParser) -> list[str]:
+    """The flags of the command named in the parser's argv (the top level's when none)."""
+    flags = list(parser._option_string_actions)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            named = [a for a in Parser.argv if a in action.choices]
+            if named:
+                flags += list(action.choices[named[0]]._option_string_actions)
+    return flags
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tfgpu",
         description="Keep every accelerator busy for TensorFlow work.",
     )
@@ -53,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from tfgpu import env, quiet
 
     parser = build_parser()
+    Parser.argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     args.verbose = args.verbose or env.verbose()
     if not args.verbose:

@@ -52,7 +52,13 @@ def parse_duration(text: str) -> float:
             value=text,
             fix="pass --step-time 30ms",
         )
-    value = float(match.group(1)) * {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, None: 1e-3}[match.group(2)]
+    if match.group(2) is None:  # "9" was taken as milliseconds, silently
+        raise ConfigError(
+            "--step-time needs a unit (us, ms or s)",
+            value=text,
+            fix=f"pass --step-time {match.group(1)}ms (or {match.group(1)}s)",
+        )
+    value = float(match.group(1)) * {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}[match.group(2)]
     if value <= 0:
         raise ConfigError("--step-time must be above zero", value=text, fix="pass --step-time 30ms")
     return value

@@ -130,9 +130,11 @@ def manifest_from(args: argparse.Namespace):
             value=given,
             fix="use --nodes, --gpus-per-node, --gpus-per-proc and --ps to shape the cluster",
         )
-    nodes = args.nodes or args.nnodes or 1
-    if args.nodes and args.nnodes and args.nodes != args.nnodes:
+    if args.nodes is not None and args.nnodes is not None and args.nodes != args.nnodes:
         raise ConfigError("--nodes and --nnodes disagree", value=(args.nodes, args.nnodes), fix="pass one")
+    nodes = next((n for n in (args.nodes, args.nnodes) if n is not None), 1)
+    if nodes < 1:  # 0 was read as "not given" and emitted one node
+        raise ConfigError("--nodes must be at least 1", value=nodes, fix="pass --nodes 2 for two worker pods")
     return ManifestOptions(
         command=command,
         image=args.image or "",

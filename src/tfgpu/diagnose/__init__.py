@@ -31,6 +31,15 @@ from tfgpu.errors import ConfigError
 __all__ = ["Diagnosis", "ModelDevice", "RateDevice", "SimulatedDevice", "diagnose", "tuned"]
 
 
+def __getattr__(name: str) -> Any:
+    """``tfgpu.diagnose.workloads`` without importing it first, as the README writes it."""
+    if name == "workloads":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 @dataclass
 class Diagnosis:
     verdict: verdicts.Verdict

@@ -12,7 +12,18 @@ Functions are named as ``"module:function"`` and must be importable in the child
 bodies in a module on ``sys.path``); arguments and results travel by pickle.
 """
 
+import importlib
+from typing import Any
+
 from tfgpu.ports import free_ports
 from tfgpu.testing.processes import ProcessFailed, run_cluster, run_on_logical_cpus
 
 __all__ = ["ProcessFailed", "free_ports", "run_cluster", "run_on_logical_cpus"]
+
+
+def __getattr__(name: str) -> Any:
+    """``tfgpu.testing.fake_nvml`` after ``import tfgpu.testing``, as the README writes it: the
+    submodule is imported on first use (it imports pynvml, which the other helpers do not need)."""
+    if name == "fake_nvml":
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
