@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune clean
+.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune bench-tune-fresh clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,9 @@ bench-memory: $(STAMP)
 
 bench-tune: $(STAMP)
 	cd bench && ../$(BIN)/python tune_bench.py --pin
+
+bench-tune-fresh: $(STAMP)
+	cd bench && ../$(BIN)/python tune_fresh_bench.py
 
 bench-predict: $(STAMP)
 	cd bench && ../$(BIN)/python predict_bench.py
