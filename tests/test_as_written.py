@@ -171,3 +171,25 @@ def test_test_and_predict_batch_hooks_see_every_batch_as_in_keras(replicas, clea
     from tfgpu import choices
 
     assert {"evaluation steps per call", "predict.steps_per_execution"} <= set(choices.as_dict())
+
+
+def test_an_unbuilt_sequential_from_no_scope_is_trained_in_place(clean_choices):
+    """keras-io's "writing your own callbacks": Sequential without Input, built outside any scope.
+    tfgpu trained a copy on the replicas, then failed copying the weights back
+    (``set_weights ... expecting 0 weights``): the user's model stayed untrained."""
+
+    def unbuilt():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.layers.Dense(4), keras.layers.Dense(1)])
+        model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+        return model
+
+    x, y = regression()
+    theirs = unbuilt()
+    expected = theirs.fit(x, y, **FIT).history["loss"]
+    ours = unbuilt()
+    history = tfgpu.fit(ours, x, y, **FIT, strategy=local_strategy(2))
+    assert ours.built and history.history["loss"] == pytest.approx(expected, rel=1e-5)
+    for a, b in zip(ours.get_weights(), theirs.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert tfgpu.evaluate(ours, x, y, verbose=0) == pytest.approx(theirs.evaluate(x, y, verbose=0), rel=1e-5)

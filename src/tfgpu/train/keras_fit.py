@@ -105,6 +105,7 @@ def fit(
     auto_batch = batch_size == "auto"
     tune_options = tuning.TuneOptions.from_arg(tune, tune_budget_s, auto_batch=auto_batch)
     batch_size = None if auto_batch else batch_size
+    model_setup.build_for_data(model, x)  # as Keras's fit builds it at its first batch
     strategy, trained = split.placed_if_asked(
         model,
         devices_per_replica=devices_per_replica,
@@ -168,8 +169,7 @@ def fit(
     history = trained.history
     history.train_result = result
     if trained is not model:  # re-created in the strategy's scope: the user's model gets the state
-        model.set_weights(trained.get_weights())
-        model_setup.copy_optimizer_state(trained, model)
+        model_setup.give_back(model, trained)
         model.history = history
     return history
 

@@ -358,6 +358,37 @@ def _build_as_first_call(model: Any) -> None:
         model.build((None, *tuple(shape)[1:]))
 
 
+def build_for_data(model: Any, x: Any) -> None:
+    """Build a Sequential without ``Input`` for ``x`` (one array, or a ``tf.data.Dataset`` whose
+    elements are x or (x, ...)) as Keras's ``fit`` builds it at its first batch: before any copy
+    is made, so the copy trains from the weights Keras would draw (the copy of an unbuilt model
+    drew its own, and trained to other numbers than one device)."""
+    import keras
+    import tensorflow as tf
+
+    if model.built or not isinstance(model, keras.Sequential) or not model.layers:
+        return
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape = tuple(spec.shape) if isinstance(spec, tf.TensorSpec) else None
+    else:
+        shape = (None, *x.shape[1:]) if hasattr(x, "shape") and len(getattr(x, "shape", ())) else None
+    if shape is not None:
+        model.build(shape)
+
+
+def give_back(model: Any, trained: Any) -> None:
+    """``trained``'s weights and optimizer state into ``model``, the user's model it is a copy
+    of. A model that never saw data (a Sequential without ``Input``, as Keras's "writing your own
+    callbacks" guide builds it) is built first for the copy's input: it had no weights to take,
+    and the trained result was lost with ``set_weights ... expecting 0 weights``."""
+    if not model.built and _input_shape(trained) is not None:
+        model.build(_input_shape(trained))
+    model.set_weights(trained.get_weights())
+    copy_optimizer_state(trained, model)
+
+
 def _input_shape(model: Any) -> Any:
     try:
         return model.input_shape
