@@ -55,3 +55,27 @@ def test_the_names_the_readme_shows_resolve_after_importing_the_package():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["FakeNvml", "tfgpu.diagnose.workloads"]
+
+
+@pytest.mark.process  # convert's workers are processes
+def test_convert_refuses_a_directory_of_the_users_files(tmp_path, capsys):
+    """``tfgpu convert x.npy userdir/`` replaced the user's own ``userdir/manifest.json`` without
+    a word; now it is refused (exit 2, nothing touched) unless --overwrite; a re-run of tfgpu's
+    own conversion there still resumes."""
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.zeros((20, 3), "float32"))
+    userdir = tmp_path / "userdir"
+    userdir.mkdir()
+    (userdir / "manifest.json").write_text('{"mine": 1}')
+    assert cli.main(["convert", str(tmp_path / "x.npy"), str(userdir)]) == 2
+    err = capsys.readouterr().err
+    assert "holds files tfgpu convert did not write (manifest.json)" in err and "--overwrite" in err
+    assert (userdir / "manifest.json").read_text() == '{"mine": 1}' and sorted(
+        p.name for p in userdir.iterdir()
+    ) == ["manifest.json"]
+    out = tmp_path / "fresh"
+    assert cli.main(["convert", str(tmp_path / "x.npy"), str(out)]) == 0
+    assert cli.main(["convert", str(tmp_path / "x.npy"), str(out)]) == 0  # its own: resumed
+    assert cli.main(["convert", str(tmp_path / "x.npy"), str(userdir), "--overwrite"]) == 0
+    assert (userdir / "manifest.json").read_text() != '{"mine": 1}'

@@ -259,6 +259,26 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _check_foreign(out: Path, *, state: Path, source: str | os.PathLike) -> None:
+    """Refuse an output directory that holds files no tfgpu conversion wrote there (no
+    ``.tfgpu`` record of one): ``tfgpu convert x.npy userdir/`` replaced the user's own
+    ``userdir/manifest.json`` without a word. The source itself may lie inside it."""
+    if not out.is_dir() or state.is_dir():
+        return
+    inside = Path(source).resolve()
+    foreign = sorted(
+        p.name for p in out.iterdir() if p.resolve() != inside and not inside.is_relative_to(p.resolve())
+    )
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise InputError(
+            f"The output directory {out} holds files tfgpu convert did not write ({shown})",
+            value=str(out),
+            fix="convert into an empty or new directory, or pass --overwrite to write there "
+            "(tfgpu's shards and manifest.json replace files of those names)",
+        )
+
+
 def _check_resume(state: Path, identity: dict[str, Any], source: str, *, overwrite: bool) -> None:
     """Resume only the conversion that made OUTPUT: the same source (what it holds: its files,
     sizes and modification times) and options; ``overwrite`` deletes what is there instead."""
@@ -352,6 +372,8 @@ def convert(
     features = opened.features()
     rows = len(opened)
     state = out / STATE_DIR
+    if not overwrite:
+        _check_foreign(out, state=state, source=source)
     state.mkdir(parents=True, exist_ok=True)
     _check_resume(state, options.identity(), str(source), overwrite=overwrite)
     _remove_stale(out)
