@@ -256,6 +256,15 @@ def test_supervised_output_and_augment(images, tmp_path):
         iter(data.pipeline(tmp_path / "s", batch_size=4, training=True, augment=flip, supervised=True))
     )
     assert x.shape == (4, 8, 8, 3) and y.shape == (4,)
+
+    def flip_pair(image, label):  # tf.data's own form (issue 44: a 70-line traceback before)
+        return tf.image.flip_left_right(image), label + 10
+
+    plain = dict(batch_size=4, training=True, supervised=True, shuffle=False)
+    x0, y0 = next(iter(data.pipeline(tmp_path / "s", **plain)))
+    x2, y2 = next(iter(data.pipeline(tmp_path / "s", augment=flip_pair, **plain)))
+    np.testing.assert_array_equal(x2.numpy(), x0.numpy()[:, :, ::-1, :])
+    np.testing.assert_array_equal(y2.numpy(), y0.numpy() + 10)
     np.save(tmp_path / "plain.npy", np.zeros((4, 2), "float32"))
     data.convert(tmp_path / "plain.npy", tmp_path / "nolabel", options=opts())
     with pytest.raises(ConfigError, match="needs a label feature"):

@@ -30,7 +30,8 @@ class PipelineOptions:
         shuffle_buffer: examples in the shuffle buffer; None: max(1024, 16 batches), at most
             the rows.
         shuffle_files: shuffle the file order each epoch; None: as ``training and shuffle``.
-        augment: fn(example dict) -> example dict, applied when training, after the cache.
+        augment: fn(example dict) -> example dict, or tf.data's fn(image, label) -> (image, label)
+            (fn(features, label) with several features), applied when training, after the cache.
         cache: "auto" (memory when the decoded data fits in a quarter of free RAM, disk
             otherwise), "memory", "disk" (under ``cache_dir``) or "off".
         cache_dir: where a disk cache goes (default: the temporary directory).
@@ -98,7 +99,7 @@ class PipelineOptions:
             )
         if self.augment is not None and not callable(self.augment):
             raise ConfigError(
-                "augment must be a function of one example (a dict of tensors)",
+                "augment must be a function: fn(example dict) -> example dict, or fn(image, label) -> (image, label)",
                 value=type(self.augment).__name__,
                 fix="pass augment=lambda example: {**example, 'image': tf.image.flip_left_right(example['image'])}",
             )

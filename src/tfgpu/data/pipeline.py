@@ -315,6 +315,7 @@ class Stages:
         )
         self.early_shuffle = options.shuffles and bool(self.images) and self.cache_mode == "off"
         self._read = _reader(tf, manifest.compression, options.on_corrupt)
+        self.augment_fn = example_augment(options.augment, label=manifest.label)
 
     def decisions(self) -> dict[str, str]:
         options, out = self.options, {}
@@ -395,7 +396,7 @@ class Stages:
         return ds.unbatch() if self.per_element else ds
 
     def decode(self, ds: Any) -> Any:
-        images, decoders, augment, fuse = self.images, self.decoders, self.options.augment, self.fuse_augment
+        images, decoders, augment, fuse = self.images, self.decoders, self.augment_fn, self.fuse_augment
 
         def decode(element: dict[str, Any]) -> dict[str, Any]:
             out = {n: (decoders[n](v) if n in images else v) for n, v in element.items()}
@@ -410,7 +411,7 @@ class Stages:
         return ds.shuffle(self.buffer, seed=self.options.seed, reshuffle_each_iteration=True)
 
     def augment(self, ds: Any) -> Any:
-        augment = self.options.augment
+        augment = self.augment_fn
         return ds.map(
             lambda e: {**augment(e), ID: e[ID]},  # type: ignore[misc]
             num_parallel_calls=self.parallel,
@@ -542,6 +543,43 @@ def parallel_options(tf: Any, *, autotune: bool) -> Any:
         options.autotune.min_parallelism = host.cores()
     options.experimental_optimization.map_parallelization = True
     return options
+
+
+def example_augment(fn: Any, *, label: str | None) -> Any:
+    """``augment`` as fn(example dict) -> example dict, from either form users write: that one,
+    or tf.data's ``fn(image, label)`` / ``fn(features, label)`` returning the pair (the features
+    are the one feature's tensor, or a dict of several). The pair form ended in a 70-line
+    TensorFlow traceback ("missing 1 required positional argument: 'label'") from inside tf.data."""
+    if fn is None or _positional_count(fn) != 2:
+        return fn
+    if label is None:
+        raise ConfigError(
+            "augment takes (features, label), but this dataset has no label column",
+            value=getattr(fn, "__name__", type(fn).__name__),
+            fix="write augment as fn(example) -> example (a dict of tensors), or convert with --label",
+        )
+
+    def on_example(example: dict[str, Any]) -> dict[str, Any]:
+        names = [n for n in example if n not in (label, ID)]
+        features = example[names[0]] if len(names) == 1 else {n: example[n] for n in names}
+        new_features, new_label = fn(features, example[label])
+        out = {**example, label: new_label}
+        out.update({names[0]: new_features} if len(names) == 1 else new_features)
+        return out
+
+    return on_example
+
+
+def _positional_count(fn: Any) -> int | None:
+    """How many positional arguments ``fn`` requires (None: cannot tell, e.g. a builtin)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sum(p.kind in kinds and p.default is inspect.Parameter.empty for p in parameters)
 
 
 def in_memory_options(tf: Any) -> Any:
