@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from conftest import local_strategy
 from tfgpu import cli
 
 
@@ -79,3 +80,42 @@ def test_convert_refuses_a_directory_of_the_users_files(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "x.npy"), str(out)]) == 0  # its own: resumed
     assert cli.main(["convert", str(tmp_path / "x.npy"), str(userdir), "--overwrite"]) == 0
     assert (userdir / "manifest.json").read_text() != '{"mine": 1}'
+
+
+@pytest.mark.heavy
+def test_a_finished_run_started_again_says_so_and_keeps_its_history(tmp_path, caplog):
+    """Running a ``tfgpu.fit(..., checkpoint_dir=...)`` script twice: the second run resumed at
+    its end and returned an empty History without a word (the script's
+    ``history.history["val_loss"]`` raised KeyError). Now it says so and gives the History back."""
+    import keras
+    import numpy as np
+
+    import tfgpu
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 4)).astype("float32"), rng.normal(size=(64, 1)).astype("float32")
+
+    def run():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+        return tfgpu.fit(
+            model,
+            x,
+            y,
+            batch_size=16,
+            epochs=3,
+            verbose=0,
+            validation_split=0.25,
+            checkpoint_dir=tmp_path,
+            strategy=local_strategy(1),
+        )
+
+    first = run().history
+    with caplog.at_level("WARNING", logger="tfgpu"):
+        again = run()
+    assert again.epoch == [0, 1, 2] and set(again.history) == set(first)
+    for key, values in first.items():
+        assert again.history[key] == pytest.approx(values, rel=1e-6), key
+    assert len(again.history["val_loss"]) == 3
+    assert any("holds a finished run" in r.getMessage() for r in caplog.records)

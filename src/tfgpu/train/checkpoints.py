@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+HISTORY = "tfgpu-history.json"
+
 
 class Checkpoints:
     def __init__(
@@ -43,6 +45,25 @@ class Checkpoints:
         if path:
             self.checkpoint.restore(path).assert_existing_objects_matched()
         return path
+
+    def save_history(self, epochs: list[dict[str, Any]]) -> None:
+        """Each finished epoch's logs beside the checkpoints (the chief's): a run started again
+        after it finished gives its History back instead of an empty one (``history_kept``)."""
+        if self.directory is None or not self.is_chief:
+            return
+        from tfgpu.files import write_json_atomic
+
+        write_json_atomic(self.directory / HISTORY, {"epochs": epochs})
+
+    def history_kept(self) -> list[dict[str, Any]]:
+        """The epochs ``save_history`` kept ([] when none, or unreadable: only a courtesy)."""
+        import json
+
+        path = self.directory / HISTORY if self.directory else None
+        try:
+            return list(json.loads(path.read_text())["epochs"]) if path and path.exists() else []
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
 
     def save(self, step: int) -> str | None:
         if self.manager is None:

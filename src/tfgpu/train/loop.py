@@ -189,6 +189,12 @@ class Trainer:
         )
         self.resumed_from = self.checkpoints.restore_latest()
         self._counters = {n: int(v.read_value()) for n, v in self._counter_variables.items()}
+        # the finished epochs' logs as of the checkpoint (a courtesy for a finished run started again)
+        self._epochs_kept = (
+            [e for e in self.checkpoints.history_kept() if e.get("epoch", 1e9) < self._counters["epoch"]]
+            if self.resumed_from
+            else []
+        )
         if self.resumed_from:
             log.info("resumed from %s at step %d", self.resumed_from, self._counters["step"])
 
@@ -228,7 +234,9 @@ class Trainer:
             return None
         for name, variable in self._counter_variables.items():
             variable.assign(self._counters[name])
-        return self.checkpoints.save(step)
+        path = self.checkpoints.save(step)
+        self.checkpoints.save_history(self._epochs_kept)
+        return path
 
     def reset_epochs(self) -> None:
         """Start counting epochs and steps from zero again (the weights stay)."""
@@ -607,8 +615,31 @@ class Trainer:
                 self._end_epoch(run, callbacks, validation=(validation_freq, validation_steps))
                 if self.model.stop_training:
                     break
+        if not run.history and self.resumed_from:
+            self._finished_before(callbacks, epochs=epochs)
         callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
+
+    def _finished_before(self, callbacks: Any, *, epochs: int | None) -> None:
+        """The checkpoint holds a run that had already finished: nothing is trained. Said, and the
+        History is that run's epochs (kept beside the checkpoints), not an empty one that a
+        script reading ``history.history["val_auc"]`` fails on. Keras's BackupAndRestore deletes
+        its backup at the end, so Keras trains afresh; a tfgpu checkpoint_dir is the run's
+        record and stays (docs/from-model-fit.md)."""
+        import keras
+
+        directory = self.options.checkpoint_dir
+        log.warning(
+            "%s holds a finished run (epoch %d of %s): nothing trained; the History is that run's. "
+            "Pass a new checkpoint_dir (or remove this one) to train again.",
+            directory,
+            self._counters["epoch"],
+            epochs if epochs is not None else "its steps",
+        )
+        histories = [c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History)]
+        for history in histories:
+            for entry in self._epochs_kept:
+                history.on_epoch_end(int(entry["epoch"]), {k: v for k, v in entry.items() if k != "epoch"})
 
     def _drop_backup(self) -> None:
         """Training ended: a BackupAndRestore's backup goes, as Keras's ``on_train_end`` does
@@ -717,6 +748,7 @@ class Trainer:
             val.pop("examples", None)
             logs.update({f"val_{k}": v for k, v in val.items()})
         run.end_epoch(epoch, logs)
+        self._epochs_kept.append({"epoch": epoch, **logs})
         callbacks.on_epoch_end(epoch, logs)
         self._last = None
         self._counters["epoch"] += 1
