@@ -310,7 +310,7 @@ def launch_args(container):
 
 
 def test_the_jobset_manifest_parses_and_its_pods_build_one_cluster():
-    (doc,) = emitted("kubernetes", nodes=2, gpus_per_node=4, ps=1)
+    doc, _policy = emitted("kubernetes", nodes=2, gpus_per_node=4, ps=1)
     # the JobSet v1alpha2 schema's required fields (jobset_types.go: ReplicatedJob's name and
     # template; a pod's containers with name and image)
     assert doc["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and doc["kind"] == "JobSet"
@@ -356,7 +356,9 @@ def test_the_jobset_manifest_parses_and_its_pods_build_one_cluster():
 
 
 def test_the_indexed_job_manifest_parses_and_its_pods_build_one_cluster():
-    service, job = emitted("kubernetes-job", nodes=3, gpus_per_node=2, gpus_per_proc=2, checkpoint_claim=None)
+    service, job, _policy = emitted(
+        "kubernetes-job", nodes=3, gpus_per_node=2, gpus_per_proc=2, checkpoint_claim=None
+    )
     assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
     assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed"
     pod = job["spec"]["template"]["spec"]
@@ -376,6 +378,53 @@ def test_the_indexed_job_manifest_parses_and_its_pods_build_one_cluster():
         )
     assert one_cluster(plans) == {"worker": [f"tfgpu-train-{i}.tfgpu-train:23456" for i in range(3)]}
     assert [p.local[0].gpus for p in plans] == [(0, 1)] * 3
+
+
+def selects(selector, labels):
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def test_the_network_policy_validates_and_fences_the_jobs_tensorflow_ports_to_its_own_pods():
+    """Issue 47: TensorFlow's gRPC servers run any graph they are sent; the emitted NetworkPolicy
+    lets only this job's pods reach its ports. Validated against Kubernetes' own schema (with the
+    Job and Service, --strict: a misspelt or misplaced field fails here, not at kubectl apply);
+    its selectors match every pod the manifest makes and no pod of another job."""
+    import kubernetes_validate
+
+    for kind, shape, pods in (
+        ("kubernetes", {"nodes": 2, "gpus_per_node": 4, "ps": 1}, "jobset"),
+        ("kubernetes-job", {"nodes": 3, "gpus_per_node": 2}, "job"),
+    ):
+        *made, policy = emitted(kind, **shape)
+        for doc in [*made, policy]:
+            if doc["kind"] != "JobSet":  # a CRD: not in Kubernetes' own schemas
+                kubernetes_validate.validate(doc, "1.30", strict=True)
+        assert policy["kind"] == "NetworkPolicy" and policy["spec"]["policyTypes"] == ["Ingress"]
+        (rule,) = policy["spec"]["ingress"]
+        (source,) = rule["from"]
+        assert source["podSelector"] == policy["spec"]["podSelector"]
+        if pods == "jobset":
+            ours = [
+                jobset_pod("tfgpu-train", job, i, replicas=n, total=3)[1]
+                for job, n in (("worker", 2), ("ps", 1))
+                for i in range(n)
+            ]
+            other = jobset_pod("other-job", "worker", 0, replicas=1, total=1)[1]
+            declared = {
+                p["containerPort"]
+                for job in made[0]["spec"]["replicatedJobs"]
+                for p in job["template"]["spec"]["template"]["spec"]["containers"][0]["ports"]
+            }
+        else:
+            ours = [{"batch.kubernetes.io/job-name": "tfgpu-train", "job-name": "tfgpu-train"}] * 3
+            other = {"batch.kubernetes.io/job-name": "other-job"}
+            declared = {
+                p["containerPort"] for p in made[1]["spec"]["template"]["spec"]["containers"][0]["ports"]
+            }
+        assert all(selects(policy["spec"]["podSelector"], labels) for labels in ours)
+        assert not selects(policy["spec"]["podSelector"], other)
+        assert {p["port"] for p in rule["ports"]} == declared  # every TensorFlow port, and only those
+    assert [d["kind"] for d in emitted("kubernetes", network_policy=False)] == ["JobSet"]
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     k8s.add_argument("--image", help="the container image with tfgpu, TensorFlow and your program")
     k8s.add_argument("--name", default="tfgpu-train", help="the JobSet's or Job's name (default tfgpu-train)")
     k8s.add_argument(
+        "--no-network-policy",
+        action="store_true",
+        help="leave out the NetworkPolicy that lets only the job's pods reach its TensorFlow ports",
+    )
+    k8s.add_argument(
         "--checkpoint-claim",
         default="tfgpu-checkpoints",
         help="a PersistentVolumeClaim mounted at /checkpoints on every pod ('none': no volume)",
@@ -147,6 +152,7 @@ def manifest_from(args: argparse.Namespace):
         port=DEFAULT_PORT if args.port is None else args.port,
         checkpoint_claim=None if args.checkpoint_claim.lower() == "none" else args.checkpoint_claim,
         max_restarts=args.max_restarts,
+        network_policy=not args.no_network_policy,
     )
 
 

@@ -37,6 +37,9 @@ class ManifestOptions:
         for clusters without the JobSet controller).
     checkpoint_claim: a PersistentVolumeClaim mounted at ``checkpoint_path`` on every pod (None: none).
     max_restarts: the JobSet restarts every pod up to this many times after a failure.
+    network_policy: also a NetworkPolicy that lets only the job's own pods reach its TensorFlow
+        ports (``network_policy``): TensorFlow's gRPC servers run whatever graph they are sent,
+        without authentication (its SECURITY.md), and listen on every interface.
     """
 
     command: tuple[str, ...]
@@ -51,6 +54,7 @@ class ManifestOptions:
     checkpoint_claim: str | None = "tfgpu-checkpoints"
     checkpoint_path: str = "/checkpoints"
     max_restarts: int = 0
+    network_policy: bool = True
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -210,8 +214,46 @@ def indexed_job(options: ManifestOptions) -> list[dict[str, Any]]:
     return [service, job]
 
 
+def pod_labels(options: ManifestOptions) -> dict[str, str]:
+    """The label the controller gives every pod of this job and no other: the JobSet's name
+    (``jobset.sigs.k8s.io/jobset-name``) or the Job's (``batch.kubernetes.io/job-name``)."""
+    if options.kind == "kubernetes":
+        return {"jobset.sigs.k8s.io/jobset-name": options.name}
+    return {"batch.kubernetes.io/job-name": options.name}
+
+
+def tensorflow_ports(options: ManifestOptions) -> list[int]:
+    """Every port a pod of this job serves TensorFlow's gRPC on (the most any pod declares)."""
+    extra = 1 if options.ps and options.kind == "kubernetes" else 0
+    return [options.port + i for i in range(max(1, options.procs_per_node + extra))]
+
+
+def network_policy(options: ManifestOptions) -> dict[str, Any]:
+    """Ingress to the job's pods only from the job's own pods, on its TensorFlow ports: any other
+    pod of the cluster could otherwise send those servers a graph to run (TensorFlow's
+    SECURITY.md, "Running a TensorFlow server"). Enforced where the cluster's network plugin
+    enforces NetworkPolicies (Calico, Cilium, ...); elsewhere it is accepted and does nothing."""
+    job_pods = {"matchLabels": pod_labels(options)}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"{options.name}-tensorflow"},
+        "spec": {
+            "podSelector": job_pods,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": job_pods}],
+                    "ports": [{"protocol": "TCP", "port": port} for port in tensorflow_ports(options)],
+                }
+            ],
+        },
+    }
+
+
 def documents(options: ManifestOptions) -> list[dict[str, Any]]:
-    return [jobset(options)] if options.kind == "kubernetes" else indexed_job(options)
+    made = [jobset(options)] if options.kind == "kubernetes" else indexed_job(options)
+    return [*made, network_policy(options)] if options.network_policy else made
 
 
 def to_yaml(documents: list[dict[str, Any]]) -> str:
