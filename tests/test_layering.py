@@ -38,6 +38,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "config",
                 "env",
                 "errors",
+                "exposure",
                 "files",
                 "host",
                 "ingraph",

@@ -102,6 +102,14 @@ def run(args: argparse.Namespace) -> int:
             "node_rank": options.node_rank,
             "dispatcher": service.runs_dispatcher,
         }
+        from tfgpu import exposure
+
+        ports = [*service.worker_ports]
+        if service.runs_dispatcher:
+            ports.append(int(service.address.rpartition(":")[2]))
+        exposed = exposure.warning(ports)
+        if exposed:
+            _common.err.print(f"warning: {exposed}", markup=False, highlight=False)
         if args.json:
             _common.print_json(summary)
         elif not service.runs_dispatcher:

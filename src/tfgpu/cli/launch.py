@@ -79,6 +79,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--grace", type=float, default=10.0, help="seconds between terminate and kill when stopping"
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan and start nothing")
+    p.add_argument(
+        "--private-network",
+        action="store_true",
+        help="single host: run the processes in a network namespace of their own (loopback only), so "
+        "no other machine can reach their TensorFlow ports; they reach no network either",
+    )
+    p.add_argument("--private-network-inside", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     p.set_defaults(run=run)
@@ -173,10 +180,39 @@ def _render(plan) -> None:
         )
     _common.out.print(table)
     _common.out.print("command: " + " ".join(plan.processes[0].command))
+    from tfgpu.launch import exposure_warning, local_ports
+
+    listening = ", ".join(map(str, local_ports(plan))) or "none"
+    _common.out.print(
+        f"listening here: TensorFlow's gRPC servers on ports {listening}, every interface, "
+        "unauthenticated (docs/multi-node.md, Security)",
+        markup=False,
+        highlight=False,
+    )
+    exposed = exposure_warning(plan)
+    if exposed:
+        _common.out.print(f"warning: {exposed}", markup=False, highlight=False)
     for p in plan.local:
         _common.out.print(
             f"TF_CONFIG of {p.label}: {p.env['TF_CONFIG']}", markup=False, highlight=False, soft_wrap=True
         )
+
+
+def _in_private_network(args: argparse.Namespace) -> int:
+    """This same ``tfgpu launch`` again, in a new network namespace (``tfgpu.launch.private``)."""
+    import subprocess
+    import sys
+
+    from tfgpu.cli import Parser
+    from tfgpu.launch import private
+
+    private.check_single_host(hosts=args.hosts, nnodes=args.nnodes)
+    argv = list(Parser.argv)
+    end = argv.index("--") if "--" in argv else len(argv)
+    ours = [a for a in argv[:end] if a != "--private-network"]
+    at = ours.index("launch") + 1
+    command = [*ours[:at], private.INSIDE, *ours[at:], *argv[end:]]
+    return subprocess.call([*private.wrapper(), sys.executable, "-m", "tfgpu.cli", *command])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -187,6 +223,12 @@ def run(args: argparse.Namespace) -> int:
 
         _common.out.file.write(to_yaml(documents(manifest_from(args))))
         return 0
+    if args.private_network and not args.private_network_inside:
+        return _in_private_network(args)
+    if args.private_network_inside:
+        from tfgpu.launch import private
+
+        private.bring_loopback_up()
     config = config_from(args)
     if args.dry_run:
         plan = plan_launch(config)

@@ -74,8 +74,12 @@ def gather_facts(
     nvml_module: Any | None = None,
     tf_probe: dict[str, Any] | None = None,
     environ: Mapping[str, str] | None = None,
+    interfaces: Mapping[str, Any] | None = None,
 ) -> Facts:
-    """Collect the facts the checks read. Tests pass a fake NVML and a recorded probe."""
+    """Collect the facts the checks read. Tests pass a fake NVML, a recorded probe and made-up
+    network interfaces."""
+    from tfgpu import exposure
+
     environ = os.environ if environ is None else environ
     report = nvml.probe(nvml_module)
     probe = tf_probe if tf_probe is not None else run_probe(deep=deep)
@@ -86,6 +90,7 @@ def gather_facts(
         tf=probe,
         environ={k: environ[k] for k in _ENV_SHOWN if k in environ},
         unknown_tfgpu_variables=env.unknown_variables(environ),
+        public_addresses=exposure.public_addresses(interfaces),
     )
 
 

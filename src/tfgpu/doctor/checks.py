@@ -41,6 +41,7 @@ class Facts:
     tf: dict[str, Any]
     environ: dict[str, str] = field(default_factory=dict)
     unknown_tfgpu_variables: list[str] = field(default_factory=list)
+    public_addresses: list[tuple[str, str]] = field(default_factory=list)  # (interface, address)
 
     @property
     def tf_ok(self) -> bool:
@@ -631,6 +632,38 @@ def check_deep(f: Facts) -> list[CheckResult]:
     return results + _deep_errors(deep.get("errors") or {})
 
 
+def check_exposure(f: Facts) -> CheckResult:
+    """The TF_CONFIG cluster's addresses, and whether this host has a public address its
+    TensorFlow server would listen on (every interface, unauthenticated: ``tfgpu.exposure``)."""
+    from tfgpu import exposure
+
+    spec = None
+    if f.environ.get("TF_CONFIG"):
+        try:
+            spec = cluster.from_environ({"TF_CONFIG": f.environ["TF_CONFIG"]})
+        except ClusterError:
+            spec = None  # tf-config reports it
+    addresses = [a for role in (spec.cluster.values() if spec else []) for a in role]
+    shown = ", ".join(addresses[:4]) + (f" and {len(addresses) - 4} more" if len(addresses) > 4 else "")
+    cluster_part = f"TF_CONFIG cluster at {shown}; " if addresses else ""
+    if not f.public_addresses:
+        return CheckResult(
+            "network",
+            OK,
+            f"{cluster_part}no public address on this host: a TensorFlow server here is reachable "
+            "from its private networks only",
+        )
+    public = ", ".join(f"{address} ({name})" for name, address in f.public_addresses[:3])
+    return CheckResult(
+        "network",
+        WARN,
+        f"{cluster_part}this host has a public address, {public}: TensorFlow's servers (tfgpu launch, "
+        "tfgpu data-service) listen on every interface, unauthenticated, and run any graph they are sent",
+        f"fence the ports off (a firewall, a private network or VPC; on Kubernetes the NetworkPolicy "
+        f"--emit writes): {exposure.DOCS}",
+    )
+
+
 CHECKS: tuple[Callable[[Facts], CheckResult | list[CheckResult] | None], ...] = (
     check_tensorflow_gpus,
     check_python,
@@ -645,6 +678,7 @@ CHECKS: tuple[Callable[[Facts], CheckResult | list[CheckResult] | None], ...] = 
     check_cuda_visible_devices,
     check_mixed_precision,
     check_environment,
+    check_exposure,
     check_estimator,
     check_known_issues,
     check_deep,

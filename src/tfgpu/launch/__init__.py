@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tfgpu import cluster, nvml, ports
+from tfgpu import cluster, exposure, nvml, ports
 from tfgpu.errors import ConfigError
 from tfgpu.launch import kubernetes, peers
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan, expand_hostlist, make_plan
@@ -59,6 +59,17 @@ def check_ports(plan: LaunchPlan) -> None:
             )
 
 
+def local_ports(plan: LaunchPlan) -> list[int]:
+    """The ports this node's processes will serve TensorFlow's gRPC on (every interface)."""
+    return sorted(int(plan.cluster[p.role][p.index].rpartition(":")[2]) for p in plan.local)
+
+
+def exposure_warning(plan: LaunchPlan, interfaces: Mapping[str, Any] | None = None) -> str | None:
+    """One line when this host has a public address its processes' servers will listen on
+    (``tfgpu.exposure``); None on a private network."""
+    return exposure.warning(local_ports(plan), interfaces)
+
+
 def launch(
     config: LaunchConfig,
     *,
@@ -69,6 +80,9 @@ def launch(
     """Plan, check and run every local process; returns how it ended."""
     plan = plan_launch(config, environ=environ)
     check_ports(plan)
+    exposed = exposure_warning(plan)
+    if exposed and notify is not None:
+        notify(exposed)
     if plan.rendezvous is not None:
         peers.wait_for_peers(plan.rendezvous, plan.peers, timeout_s=config.peer_timeout_s, notify=notify)
     return Supervisor(
