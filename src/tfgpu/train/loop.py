@@ -164,6 +164,7 @@ class Trainer:
         self._counters = {"step": 0, "epoch": 0, "epoch_step": 0}
         self.checkpoints: Checkpoints | None = None
         self.resumed_from: str | None = None
+        self._epochs_kept: list[dict[str, Any]] = []  # each finished epoch's logs (Checkpoints.save_history)
         if self.options.checkpoint_dir:
             self._checkpointed()
         self._warm = False  # the training function has run once (traced and instantiated)
