@@ -193,3 +193,77 @@ def test_an_unbuilt_sequential_from_no_scope_is_trained_in_place(clean_choices):
     for a, b in zip(ours.get_weights(), theirs.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     assert tfgpu.evaluate(ours, x, y, verbose=0) == pytest.approx(theirs.evaluate(x, y, verbose=0), rel=1e-5)
+
+
+class Scale(keras.layers.Layer):
+    """A custom layer as users write it: an __init__ argument and no get_config (cloning failed:
+    "__init__() got an unexpected keyword argument")."""
+
+    def __init__(self, k):
+        super().__init__()
+        self.k = k
+
+    def build(self, shape):
+        self.w = self.add_weight(shape=(shape[-1],), initializer="ones")
+
+    def call(self, x):
+        return x * self.w * self.k
+
+
+def shifted(t):
+    return t + 1.0
+
+
+def mean_abs(y, p):  # a metric that is a Python function ("Could not locate function")
+    return keras.ops.mean(keras.ops.abs(y - p), axis=-1)
+
+
+def as_written():
+    """Built at module level in real code: no scope, a custom layer, a Lambda over a Python
+    function, a function loss and a function metric."""
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    h = keras.layers.Lambda(shifted)(Scale(2.0)(inputs))
+    outputs = keras.layers.Dense(1)(keras.layers.Dense(3, activation="relu")(h))
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=mean_squared, metrics=[mean_abs])
+    return model
+
+
+def test_a_model_cloning_cannot_recreate_trains_in_place_as_on_one_device(clean_choices):
+    x, y = regression()
+    theirs = as_written()
+    expected = theirs.fit(x, y, **FIT).history
+    ours = as_written()
+    history = tfgpu.fit(ours, x, y, **FIT, strategy=local_strategy(2))
+    assert ours.history is history and set(history.history) == set(expected)
+    for key, values in expected.items():
+        assert history.history[key] == pytest.approx(values, rel=1e-5), key
+    for a, b in zip(ours.get_weights(), theirs.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tfgpu.predict(ours, x), theirs.predict(x, verbose=0), rtol=1e-5, atol=1e-6)
+    assert tfgpu.evaluate(ours, x, y, verbose=0) == pytest.approx(theirs.evaluate(x, y, verbose=0), rel=1e-5)
+
+
+def test_keras_variables_still_hold_what_rehoming_replaces(monkeypatch, clean_choices):
+    """Fails loudly when a Keras release moves KerasVariable._value / _initialize; and if it has,
+    a model cloning can copy is still cloned (the fallback), with a warning."""
+    from tfgpu.train import model as model_setup
+
+    model_setup.check_keras_variables()
+    variable = keras.Variable(1.0)
+    before = variable._value
+    with local_strategy(2).scope():
+        variable._initialize(tf.convert_to_tensor(variable._value))
+    assert variable._value is not before and type(variable._value).__name__ == "MirroredVariable"
+
+    def moved(*args, **kwargs):
+        raise RuntimeError("Keras's variables no longer hold a tf.Variable")
+
+    monkeypatch.setattr(model_setup, "check_keras_variables", moved)
+    x, y = regression()
+    plain = small("mse")
+    tfgpu.fit(plain, x, y, **FIT, strategy=local_strategy(2))
+    from tfgpu import choices
+
+    assert "re-created" in choices.as_dict()["model"]["value"]

@@ -87,19 +87,27 @@ def test_stateful_metrics_equal_keras_evaluate(reference):
         assert listed == pytest.approx(reference["model"].evaluate(x, y, batch_size=50, verbose=0), rel=1e-5)
 
 
-def test_a_model_made_outside_the_scope_is_recreated_in_it(reference, clean_choices):
+def test_a_model_made_outside_the_scope_is_moved_into_it_and_trained_in_place(reference, clean_choices):
+    """Issue 43: re-homed, not cloned: the user's model object trains on the replicas, and a
+    subclassed model (which cloning could not re-create) trains too, as on one device."""
     from tfgpu import choices
 
     model = binary_model()  # no strategy's scope
     history = tfgpu.fit(model, reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
     same_history(history.history, reference["history"])
-    same_weights(model.get_weights(), reference["model"].get_weights())  # copied back
-    assert "re-created" in choices.as_dict()["model"]["value"]
+    same_weights(model.get_weights(), reference["model"].get_weights())
+    assert model.history is history and "moved into" in choices.as_dict()["model"]["value"]
+    assert tfgpu.evaluate(model, reference["x"], reference["y"], verbose=0) == pytest.approx(
+        reference["model"].evaluate(reference["x"], reference["y"], verbose=0), rel=1e-5
+    )
     other = in_scope(local_strategy(2), binary_model)
     with pytest.raises(ConfigError, match="created in the scope of a MirroredStrategy"):
         tfgpu.fit(other, reference["x"], reference["y"], strategy=local_strategy(1), **FIT)
-    with pytest.raises(ConfigError, match=r"cannot be re-created in it .* inside `with strategy.scope\(\):`"):
-        tfgpu.fit(custom_step_model(), reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
+    theirs = custom_step_model()
+    theirs.fit(reference["x"], reference["y"], **FIT)
+    subclassed = custom_step_model()  # its own train_step logs compute_loss's scaled value: weights
+    tfgpu.fit(subclassed, reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
+    same_weights(subclassed.get_weights(), theirs.get_weights())
 
 
 def test_two_outputs_with_per_output_losses_weights_and_metrics():

@@ -157,7 +157,7 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     remat.install_for(model)  # a RematScope model fails in a compiled call without it
     chosen = strategy or model_setup.owner(model) or tf.distribute.get_strategy()
     if not model_setup.fits_strategy(model, chosen):
-        if model_setup.owner(model) is not None:
+        if model_setup.owner(model) is not None and not model_setup.rehomed(model):
             raise ConfigError(
                 f"The model was created in the scope of a {type(model_setup.owner(model)).__name__}, "
                 f"not of the {type(chosen).__name__} passed",

@@ -70,8 +70,8 @@ def fit(
     dataset directory, or fn(input_context, per_replica_batch) -> dataset. tfgpu's additions:
 
     - ``strategy``: default the strategy the model was created under, else ``tfgpu.strategy()``
-      (a model created outside a multi-replica strategy's scope is re-created in it and its
-      trained weights copied back);
+      (a model created outside a multi-replica strategy's scope is moved into it in place,
+      ``train.model.rehome``, and trains itself);
     - ``steps_per_execution``: steps per compiled call (default: the model's own when it was
       compiled with more than 1, else one call per ``log_every`` steps); batch callbacks are
       called once per call, as Keras's ``fit`` calls them;
@@ -168,7 +168,7 @@ def fit(
     trained = trainer.model  # tuning may have moved it (one device, mixed precision): a copy
     history = trained.history
     history.train_result = result
-    if trained is not model:  # re-created in the strategy's scope: the user's model gets the state
+    if trained is not model:  # a copy (split, tuning's switch, the cloning fallback): state given back
         model_setup.give_back(model, trained)
         model.history = history
     return history
@@ -248,7 +248,7 @@ def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
     """(strategy, model to run): the model's own strategy, the one given, or tfgpu's choice.
 
     A model created outside any strategy's scope runs as it is under TensorFlow's default strategy
-    when one replica is all there is; for several replicas it is re-created in the scope.
+    when one replica is all there is; for several replicas it is moved into the scope in place.
     """
     import tensorflow as tf
 
@@ -261,8 +261,10 @@ def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
             return tf.distribute.get_strategy(), model
         strategy = chosen
     if model_setup.fits_strategy(model, strategy):
+        if model_setup.rehomed(model):  # what was made since (a re-compile's metrics) moves too
+            model_setup.rehome(model, strategy)
         return strategy, model
-    if owner is not None:
+    if owner is not None and not model_setup.rehomed(model):
         raise ConfigError(
             f"The model was created in the scope of a {type(owner).__name__}, not of the "
             f"{type(strategy).__name__} passed",

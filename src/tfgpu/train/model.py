@@ -122,6 +122,77 @@ class _Copy:
         self.clone, self.state, self.strategy = clone, state, strategy
 
 
+_REHOMED: weakref.WeakSet = weakref.WeakSet()  # models tfgpu moved into a strategy (may move again)
+
+
+def rehomed(model: Any) -> bool:
+    """True when tfgpu moved ``model`` into a strategy (``rehome``): it may move it again."""
+    return model in _REHOMED
+
+
+def check_keras_variables() -> None:
+    """Fail loudly if Keras's variables no longer keep their TensorFlow variable as ``_value``,
+    made by ``_initialize`` (Keras 3.15's ``backend/tensorflow/core.py``): ``rehome`` rests on it."""
+    import keras
+    import tensorflow as tf
+
+    probe = keras.Variable(0.0, name="tfgpu_probe")
+    if not callable(getattr(probe, "_initialize", None)) or not isinstance(
+        getattr(probe, "_value", None), tf.Variable
+    ):
+        raise RuntimeError(
+            "Keras's variables no longer hold a tf.Variable as _value made by _initialize: tfgpu's re-homing "
+            "of a model made outside a strategy's scope (tfgpu/train/model.py: rehome) needs updating"
+        )
+
+
+def rehome(model: Any, strategy: Any) -> Any:
+    """``model`` itself, its state moved into ``strategy``'s scope in place: each Keras variable
+    (weights, statistics, seeds, the optimizer's and metrics' state) given a new backing
+    ``tf.Variable`` made in the scope (a MirroredVariable under MirroredStrategy) holding its
+    value. Nothing is cloned, so what cloning cannot re-create trains as written: a custom layer
+    without a full ``get_config``, a ``Lambda`` over a Python function, a loss or metric that is
+    a Python function, a subclassed model (keras-io's VAE, WGAN-GP, Distiller). Keras's own
+    ``fit`` on such a functional model, re-homed so, equals the model built in the scope to 0.0
+    on 2 replicas. A metric's state (summed over replicas when read) starts at zero, as Keras
+    resets it at each epoch anyway."""
+    import tensorflow as tf
+
+    check_keras_variables()
+    optimizer = getattr(model, "optimizer", None)
+    state = {id(v): v for v in model.variables}
+    if optimizer is not None and optimizer.built:
+        state.update({id(v): v for v in optimizer.variables})
+    for metric in getattr(model, "metrics", []):
+        state.update({id(v): v for v in metric.variables})
+    with strategy.scope():
+        for variable in state.values():
+            if strategy.extended.variable_created_in_scope(variable._value):
+                continue  # moved already: a second call moves only what was made since (a re-compile's)
+            summed = variable.synchronization == "on_read" and variable.aggregation == "sum"
+            value = tf.convert_to_tensor(variable._value)
+            # the new tf.Variable is as watchable as the old: a layer frozen now and unfrozen later
+            # (the transfer-learning guide) must train then, and a tape watches only variables
+            # made trainable; Keras's own flag stays as it is
+            flag, variable._trainable = variable._trainable, variable._value.trainable
+            try:
+                variable._initialize(tf.zeros_like(value) if summed else value)
+            finally:
+                variable._trainable = flag
+    model._distribute_strategy = strategy
+    if optimizer is not None and optimizer.built:
+        for inner in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+            if inner is not None and hasattr(inner, "_distribution_strategy"):
+                inner._distribution_strategy = strategy
+    _REHOMED.add(model)
+    choices.record(
+        "model",
+        f"moved into {type(strategy).__name__}'s scope",
+        "it was created outside it; trained in place",
+    )
+    return model
+
+
 def recreate(model: Any, strategy: Any) -> Any:
     """``model``'s copy in ``strategy``'s scope, holding ``model``'s weights now.
 
@@ -139,6 +210,10 @@ def recreate(model: Any, strategy: Any) -> Any:
     """
     from tfgpu.train.execution import compiled_state, same_state
 
+    try:
+        return rehome(model, strategy)
+    except RuntimeError as exc:  # a Keras that moved what rehome relies on: clone, as before
+        log.warning("%s; cloning the model instead", exc)
     where = type(strategy).__name__
     copies = _COPIES.setdefault(model, {})
     state = compiled_state(model)
