@@ -83,38 +83,30 @@ def tfgpu_with(strategy, everywhere=False):
 
 
 class KerasUnder:
-    """Keras's own fit / evaluate / predict of a model made outside any scope, run on its copy in
-    ``strategy``'s scope: cloned there at the first call (drawing the Dropout seeds that tfgpu's
-    copy draws), holding the model's weights, which come back to the model after each fit."""
+    """Keras's own fit / evaluate / predict of a model made outside any scope, run on that model
+    moved into ``strategy``'s scope in place (``train.model.rehome``, what tfgpu does): the same
+    weights and Dropout seeds as the model tfgpu trains."""
 
     name = "keras"
 
     def __init__(self, strategy):
         self.strategy = strategy
-        self.copies = {}
 
-    def _copy(self, model):
-        _, copy = self.copies.get(id(model), (None, None))
-        if copy is None:
-            with self.strategy.scope():
-                copy = keras.models.clone_model(model)
-                copy.set_weights(model.get_weights())
-                copy.compile_from_config(model.get_compile_config())
-            self.copies[id(model)] = (model, copy)  # the model kept alive: its id stays its own
-        copy.set_weights(model.get_weights())
-        return copy
+    def _placed(self, model):
+        from tfgpu.train import model as model_setup
+
+        if model_setup.owner(model) is not self.strategy:
+            model_setup.rehome(model, self.strategy)
+        return model
 
     def fit(self, model, *args, **kwargs):
-        copy = self._copy(model)
-        history = copy.fit(*args, **kwargs)
-        model.set_weights(copy.get_weights())
-        return history
+        return self._placed(model).fit(*args, **kwargs)
 
     def evaluate(self, model, *args, **kwargs):
-        return self._copy(model).evaluate(*args, **kwargs)
+        return self._placed(model).evaluate(*args, **kwargs)
 
     def predict(self, model, *args, **kwargs):
-        return self._copy(model).predict(*args, **kwargs)
+        return self._placed(model).predict(*args, **kwargs)
 
 
 def one_device():

@@ -159,16 +159,20 @@ def rehome(model: Any, strategy: Any) -> Any:
     import tensorflow as tf
 
     check_keras_variables()
+    _adopt_optimizer(model, strategy)  # unused, made outside: made again in the scope
     optimizer = getattr(model, "optimizer", None)
     state = {id(v): v for v in model.variables}
     if optimizer is not None and optimizer.built:
         state.update({id(v): v for v in optimizer.variables})
     for metric in getattr(model, "metrics", []):
         state.update({id(v): v for v in metric.variables})
+    keyed = _optimizer_keys(optimizer, state.values())
+    moved = 0
     with strategy.scope():
         for variable in state.values():
             if strategy.extended.variable_created_in_scope(variable._value):
                 continue  # moved already: a second call moves only what was made since (a re-compile's)
+            moved += 1
             summed = variable.synchronization == "on_read" and variable.aggregation == "sum"
             value = tf.convert_to_tensor(variable._value)
             # the new tf.Variable is as watchable as the old: a layer frozen now and unfrozen later
@@ -180,6 +184,11 @@ def rehome(model: Any, strategy: Any) -> Any:
             finally:
                 variable._trainable = flag
     model._distribute_strategy = strategy
+    _rekey_optimizer(keyed)
+    if moved:  # a compiled step captured the old variables: it would update those, not these
+        from tfgpu.train import execution
+
+        execution.forget(model)
     if optimizer is not None and optimizer.built:
         for inner in (optimizer, getattr(optimizer, "inner_optimizer", None)):
             if inner is not None and hasattr(inner, "_distribution_strategy"):
@@ -191,6 +200,28 @@ def rehome(model: Any, strategy: Any) -> Any:
         "it was created outside it; trained in place",
     )
     return model
+
+
+def _optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]]:
+    """(optimizer, variable, its key now) for each variable a built optimizer knows: Keras's TF
+    optimizer keys them by the backing tf.Variable's ``_unique_id``, which re-homing changes
+    ("Unknown variable ... can only be called for the variables it was originally built with")."""
+    found = []
+    for inner in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+        indices = getattr(inner, "_trainable_variables_indices", None)
+        if inner is None or not getattr(inner, "built", False) or not indices:
+            continue
+        for variable in variables:
+            key = inner._var_key(variable)
+            if key in indices:
+                found.append((inner, variable, key))
+    return found
+
+
+def _rekey_optimizer(keyed: list[tuple[Any, Any, Any]]) -> None:
+    for inner, variable, old in keyed:
+        indices = inner._trainable_variables_indices
+        indices[inner._var_key(variable)] = indices.pop(old)
 
 
 def recreate(model: Any, strategy: Any) -> Any:
