@@ -363,7 +363,7 @@ def test_cache_choices(arrays, tmp_path, clean_choices):
     from tfgpu import choices
 
     data.pipeline(arrays["out"], batch_size=8)
-    assert choices.as_dict()["data.cache"]["value"].startswith("memory")
+    assert choices.as_dict()["data.eval.cache"]["value"].startswith("memory")
     ds = data.pipeline(arrays["out"], batch_size=500, cache="disk", cache_dir=str(tmp_path))
     for _ in ds:
         pass

@@ -119,3 +119,36 @@ def test_a_finished_run_started_again_says_so_and_keeps_its_history(tmp_path, ca
         assert again.history[key] == pytest.approx(values, rel=1e-6), key
     assert len(again.history["val_loss"]) == 3
     assert any("holds a finished run" in r.getMessage() for r in caplog.records)
+
+
+def test_a_kept_default_is_not_shown_as_a_slowdown_and_a_spent_budget_is_said_once():
+    from tfgpu.train import tuning
+
+    kept = {
+        "knob": "together",
+        "baseline": "a",
+        "candidate": "b",
+        "baseline_examples_per_s": 31087.0,
+        "candidate_examples_per_s": 18154.0,
+        "decision": "drop",
+    }
+    notes = ["budget of 8 s spent: input not tried", "budget of 8 s spent: XLA not tried"]
+    line = tuning.Tuning(4.0, {"steps_per_execution": 100}, {}, [kept], notes).line()
+    assert "->" not in line and line.count("budget of 8 s spent") == 1
+    assert line.endswith("budget of 8 s spent: input and XLA not tried")
+    taken = tuning.Tuning(4.0, {}, {}, [{**kept, "decision": "take"}]).line()
+    assert "(31,087 -> 18,154 examples/s)" in taken
+
+
+def test_smaller_things_a_user_meets():
+    from tfgpu.doctor.known_issues import KNOWN_ISSUES
+    from tfgpu.errors import ConfigError
+    from tfgpu.train import footprint
+
+    import keras
+
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+    with pytest.raises(ConfigError, match="'bf16', 'fp16' or 'fp32'"):  # it named Keras's policies
+        footprint._check(model, 32, "mixed_bfloat16")
+    fixes = {issue.key: issue.fix for issue in KNOWN_ISSUES}
+    assert "tfgpu.fit" in fixes["keras#20582"] and "tfgpu.fit" in fixes["keras#21207"]

@@ -473,8 +473,11 @@ def plan(
     ordered.append(
         Stage("prefetch", lambda ds: stages.finish(ds, input_context=input_context), "AUTOTUNE", batch_size)
     )
+    # an evaluation pipeline's choices are its own: they overwrote training's in the summary
+    # (tfgpu train --data-service said "exactly once (static sharding)", evaluation's mode)
+    prefix = "data" if options.training else "data.eval"
     for key, value in decisions.items():
-        choices.record(f"data.{key}", value)
+        choices.record(f"{prefix}.{key}", value)
     return PipelinePlan(stages=ordered, rows=where.rows, batch_size=batch_size, decisions=decisions)
 
 

@@ -162,8 +162,8 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         source="https://github.com/keras-team/keras/issues/20582",
         affects=(Affected("keras", "3.1.0", None),),
         checked_on=LAST_CHECKED,
-        fix="leave gradient_accumulation_steps unset under a strategy: raise the global batch across "
-        "replicas, or accumulate gradients in your own strategy.run loop",
+        fix="train with tfgpu.fit, which accumulates under every strategy (the optimizer's "
+        "gradient_accumulation_steps as set), or leave it unset under Keras's own fit",
     ),
     KnownIssue(
         key="keras#21207",
@@ -172,8 +172,8 @@ KNOWN_ISSUES: tuple[KnownIssue, ...] = (
         source="https://github.com/keras-team/keras/issues/21207",
         affects=(Affected("keras", "3.9.0", None),),
         checked_on=LAST_CHECKED,
-        fix="wrap the costly block in tf.recompute_grad over a function of positional arguments "
-        "(it works in a compiled step) instead of keras.RematScope",
+        fix="train with tfgpu.fit, which runs a model built in keras.RematScope (and remat= for "
+        "one that is not), or wrap the block in tf.recompute_grad under Keras's own fit",
     ),
     KnownIssue(
         key="keras-auto-jit-distribute",

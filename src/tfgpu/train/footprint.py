@@ -188,9 +188,9 @@ def _check(model: Any, batch_size: Any, precision: Any) -> None:
         )
     if precision not in PRECISIONS:
         raise ConfigError(
-            "precision must be 'float32', 'mixed_float16' or 'mixed_bfloat16'",
+            "precision must be 'bf16', 'fp16' or 'fp32' (tfgpu.configure's names)",
             value=precision,
-            fix="pass precision=None",
+            fix="pass precision='bf16', or None for the model's own policy",
         )
 
 

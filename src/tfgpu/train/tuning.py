@@ -190,8 +190,8 @@ class Tuning:
         """Examples/s of the default and of the chosen configuration, from the trial that proved
         the choice (None when nothing was changed, or the choice was kept from an earlier run)."""
         together = [t for t in self.trials if t["knob"] == "together"]
-        if not together:
-            return None
+        if not together or together[-1].get("decision", "take") != "take":
+            return None  # the default kept: its speed is the run's (a "31,087 -> 18,154" read as a loss)
         return together[-1]["baseline_examples_per_s"], together[-1]["candidate_examples_per_s"]
 
     def to_dict(self) -> dict[str, Any]:
@@ -233,7 +233,20 @@ class Tuning:
         measured = self.before_after()
         if measured and not self.reused:
             head += f" ({measured[0]:,.0f} -> {measured[1]:,.0f} examples/s)"
-        return f"{head}: " + ", ".join(parts) + ("; " + "; ".join(self.notes) if self.notes else "")
+        notes = _merged_notes(self.notes)
+        return f"{head}: " + ", ".join(parts) + ("; " + "; ".join(notes) if notes else "")
+
+
+def _merged_notes(notes: Sequence[str]) -> list[str]:
+    """The notes, those of a spent budget said once: "budget of 8 s spent: input and XLA not
+    tried", not the budget twice in one sentence."""
+    spent = [n for n in notes if n.startswith("budget of ") and n.endswith(" not tried") and ": " in n]
+    if len(spent) < 2:
+        return list(notes)
+    head = spent[0].split(": ", 1)[0]
+    what = [n.split(": ", 1)[1].removesuffix(" not tried") for n in spent]
+    merged = f"{head}: {', '.join(what[:-1])} and {what[-1]} not tried"
+    return [n for n in notes if n not in spent] + [merged]
 
 
 class Bench:
