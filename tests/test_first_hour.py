@@ -152,3 +152,15 @@ def test_smaller_things_a_user_meets():
         footprint._check(model, 32, "mixed_bfloat16")
     fixes = {issue.key: issue.fix for issue in KNOWN_ISSUES}
     assert "tfgpu.fit" in fixes["keras#20582"] and "tfgpu.fit" in fixes["keras#21207"]
+
+
+def test_a_fix_measured_slower_is_reported_as_tried_not_advised_first():
+    """diagnose --apply put first prefetch, estimated 1.09x and measured 0.87x."""
+    from tfgpu.diagnose.advice import Advice, ranked_by_measurement
+
+    prefetch = Advice("prefetch", "add a prefetch", 1.09, measured_speedup=0.87)
+    batch = Advice("increase-batch-size", "double the batch", 1.05)
+    parallel = Advice("parallelize-map", "map in parallel", 1.2, measured_speedup=1.4)
+    ranked = ranked_by_measurement([prefetch, batch, parallel])
+    assert [a.kind for a in ranked] == ["parallelize-map", "increase-batch-size", "prefetch"]
+    assert prefetch.tried and prefetch.to_dict()["tried"] and not parallel.tried

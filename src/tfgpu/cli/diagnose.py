@@ -180,7 +180,7 @@ def _render(data: dict[str, Any]) -> None:
         out.print("[bold]memory of a training step[/]")
         for line in footprint.lines(data["memory"]):
             out.print(f"  {line}", markup=False)
-    advice = Table(title="advice, ranked by estimated gain")
+    advice = Table(title="advice, ranked by measured gain where measured, else estimated")
     for column in ("kind", "what to do", "estimated", "measured"):
         advice.add_column(column)
     for a in data["advice"]:
@@ -188,7 +188,9 @@ def _render(data: dict[str, Any]) -> None:
             a["kind"],
             a["detail"],
             f"{a['estimated_speedup']:.2f}x",
-            f"{a['measured_speedup']:.2f}x" if a.get("measured_speedup") else "",
+            (f"{a['measured_speedup']:.2f}x" + (" (slower: tried, not advised)" if a.get("tried") else ""))
+            if a.get("measured_speedup")
+            else "",
         )
     out.print(advice)
     for a in data["advice"]:

@@ -350,6 +350,7 @@ def _apply(
             tuned_dataset, result.stages, device, result.advice, workers=service_workers, steps=steps,
             warmup=warmup, device_step=device_step, baseline=result.together_examples_per_s,
         )  # fmt: skip
+    result.advice = advice_mod.ranked_by_measurement(result.advice)
 
 
 def _through_service(

@@ -46,7 +46,24 @@ class Advice:
         out["commands"] = list(self.commands)
         if self.measured_speedup is not None:
             out["measured_speedup"] = round(self.measured_speedup, 2)
+        out["tried"] = self.tried
         return out
+
+    @property
+    def tried(self) -> bool:
+        """Measured, and slower: reported as tried, not advised."""
+        return self.measured_speedup is not None and self.measured_speedup < 1.0
+
+
+def ranked_by_measurement(items: list[Advice]) -> list[Advice]:
+    """``items`` after ``--apply`` measured some: ordered by the measured gain where there is one
+    (the estimate elsewhere), and a fix measured slower last, as tried (diagnose put prefetch,
+    estimated 1.09x and measured 0.87x, first)."""
+
+    def gain(a: Advice) -> float:
+        return a.measured_speedup if a.measured_speedup is not None else a.estimated_speedup
+
+    return sorted(items, key=lambda a: (a.tried, a.kind == "more-input-workers", -round(gain(a), 2)))
 
 
 @dataclass

@@ -41,7 +41,7 @@ def sections(result: dict[str, Any], *, title: str = "Bottleneck") -> list[Secti
         ],
     )
     advice = Section(
-        "Advice (ranked by estimated gain)",
+        "Advice (ranked by measured gain where measured, else estimated)",
         tables=[
             (
                 ["kind", "what to do", "estimated speedup", "measured speedup"],
@@ -50,7 +50,12 @@ def sections(result: dict[str, Any], *, title: str = "Bottleneck") -> list[Secti
                         a["kind"],
                         a["detail"],
                         f"{a['estimated_speedup']:.2f}x",
-                        f"{a['measured_speedup']:.2f}x" if a.get("measured_speedup") else "",
+                        (
+                            f"{a['measured_speedup']:.2f}x"
+                            + (" (slower: tried, not advised)" if a.get("tried") else "")
+                        )
+                        if a.get("measured_speedup")
+                        else "",
                     ]
                     for a in result["advice"]
                 ],
