@@ -75,10 +75,15 @@ def test_demo_runs_end_to_end(tmp_path):
         "4",
         "--json",
         timeout=600,
+        env={"TFGPU_PROGRESS": "lines"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    # issue 17: only tfgpu's lines, from this process and from every process it started
-    assert [line for line in done.stderr.splitlines() if line.strip()] == [], done.stderr[-3000:]
+    # issue 17: only tfgpu's lines, from this process and from every process it started; issue 44:
+    # each phase said as it starts (with --json only when TFGPU_PROGRESS asks: stdout is the JSON)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert all(line.startswith("tfgpu demo: ") for line in lines), done.stderr[-3000:]
+    started = [line.split(": ", 2)[1] for line in lines if not any(c.isdigit() for c in line.split(":")[1])]
+    assert started == ["doctor", "data", "diagnose", "tune", "train", "predict", "report"], lines
     data = json.loads(done.stdout)
     assert data["ok"] and data["accuracy"] >= 0.6
     assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))

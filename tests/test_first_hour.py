@@ -141,11 +141,11 @@ def test_a_kept_default_is_not_shown_as_a_slowdown_and_a_spent_budget_is_said_on
 
 
 def test_smaller_things_a_user_meets():
+    import keras
+
     from tfgpu.doctor.known_issues import KNOWN_ISSUES
     from tfgpu.errors import ConfigError
     from tfgpu.train import footprint
-
-    import keras
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     with pytest.raises(ConfigError, match="'bf16', 'fp16' or 'fp32'"):  # it named Keras's policies
@@ -164,3 +164,21 @@ def test_a_fix_measured_slower_is_reported_as_tried_not_advised_first():
     ranked = ranked_by_measurement([prefetch, batch, parallel])
     assert [a.kind for a in ranked] == ["parallelize-map", "increase-batch-size", "prefetch"]
     assert prefetch.tried and prefetch.to_dict()["tried"] and not parallel.tried
+
+
+def test_the_demo_phases_are_said_as_they_start(capsys, monkeypatch):
+    from tfgpu.cli import _progress
+
+    monkeypatch.setenv("TFGPU_PROGRESS", "lines")
+    with _progress.phases("demo") as update:
+        update("doctor", 0, 0)
+        update("data", 0, 0)
+        update("data", 760, 760)
+        update("train", 0, 0)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "tfgpu demo: doctor: is TensorFlow using the GPU?"
+    assert [line.split(": ")[1] for line in lines] == ["doctor", "data", "train"]
+    monkeypatch.delenv("TFGPU_PROGRESS")
+    with _progress.phases("demo", machine_output=True) as update:  # --json: stdout is the JSON
+        update("doctor", 0, 0)
+    assert capsys.readouterr().err == ""

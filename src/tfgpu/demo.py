@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,12 +151,13 @@ def flip(e: dict[str, Any]) -> dict[str, Any]:
     return {**e, "image": tf.image.random_flip_left_right(e["image"])}
 
 
-def task(work: Path, *, batch_size: int = BATCH_PER_REPLICA) -> Any:
+def task(work: Path, *, batch_size: int = BATCH_PER_REPLICA, callbacks: tuple[Any, ...] = ()) -> Any:
     """What the demo trains: its CNN on the converted shards, ``batch_size`` per replica."""
     from tfgpu import data
     from tfgpu.train import Task
 
     return Task(
+        callbacks=callbacks,
         model=build_model,
         loss="sparse_categorical_crossentropy",
         from_logits=True,
@@ -169,7 +170,7 @@ def task(work: Path, *, batch_size: int = BATCH_PER_REPLICA) -> Any:
     )
 
 
-def diagnoses(work: Path, trainer: Any) -> dict[str, dict[str, Any]]:
+def diagnoses(work: Path, trainer: Any, *, progress: Progress | None = None) -> dict[str, dict[str, Any]]:
     """The naive pipeline and ``tfgpu.data.pipeline`` diagnosed against ``trainer``'s own model,
     strategy and global batch: diagnose times the very step training runs (the model's weights
     are put back afterwards), and the two diagnoses share one measurement of that step."""
@@ -183,10 +184,12 @@ def diagnoses(work: Path, trainer: Any) -> dict[str, dict[str, Any]]:
             work / "train", batch_size=batch, training=True, augment=flip, supervised=True
         ),
     }
-    return {
-        name: diagnose(build(), model=trainer.model, steps=15, warmup=3).to_dict()
-        for name, build in pipelines.items()
-    }
+    found = {}
+    for i, (name, build) in enumerate(pipelines.items()):
+        found[name] = diagnose(build(), model=trainer.model, steps=15, warmup=3).to_dict()
+        if progress is not None:
+            progress("diagnose", i + 1, len(pipelines))
+    return found
 
 
 def epochs_for(rate: float, *, examples_per_epoch: int) -> tuple[int, str]:
@@ -218,18 +221,28 @@ def agreement(diagnosed: dict[str, Any], trained: dict[str, Any], *, steps_per_c
     )
 
 
+Progress = Callable[[str, int, int], None]  # (phase, done, total): total 0 while unknown
+
+
 def run_demo(
-    *, workdir: str = "tfgpu-demo", report: str = "tfgpu-report.html", epochs: int | None = None
+    *,
+    workdir: str = "tfgpu-demo",
+    report: str = "tfgpu-report.html",
+    epochs: int | None = None,
+    progress: Progress | None = None,
 ) -> DemoResult:
     """Run every stage; see the module docstring. ``epochs``: None chooses them from the rate
-    diagnose measures (``epochs_for``)."""
+    diagnose measures (``epochs_for``). ``progress(phase, done, total)`` is called as each phase
+    starts (0, 0) and as its work advances (rows converted, pipelines diagnosed, epochs trained,
+    rows predicted): the demo ran 82-118 s silent on a terminal, then printed everything."""
     started = time.perf_counter()
+    report_progress: Progress = progress or (lambda phase, done, total: None)
     has_gpu = bool(nvml.probe().gpus)
     runtime.configure(logical_cpus=None if has_gpu else 2, precision="auto", seed=0)
     if not has_gpu:
         choices.record("devices", "2 logical CPU devices", "no GPU: exercise the distributed path")
     phases: dict[str, float] = {}
-    clock = _Clock(phases)
+    clock = _Clock(phases, report_progress)
     with clock("doctor"):
         report_doctor = doctor.run()
     work = Path(workdir)
@@ -241,12 +254,21 @@ def run_demo(
     with clock("data"):
         generated = make_images(work / "images")
         options = data.ConvertOptions(min_shards=8, resize=(SIZE, SIZE))  # a fixed shape in the manifest
+        rows = (TRAIN_PER_CLASS + HELDOUT_PER_CLASS) * len(CLASSES)
         converted = [
-            data.convert(work / "images" / "train", work / "train", options=options),
+            data.convert(
+                work / "images" / "train",
+                work / "train",
+                options=options,
+                on_progress=lambda done, total: report_progress("data", done, rows),
+            ),
             data.convert(
                 work / "images" / "heldout",
                 work / "heldout",
                 options=data.ConvertOptions(min_shards=4, image_format="raw"),
+                on_progress=lambda done, total: report_progress(
+                    "data", TRAIN_PER_CLASS * len(CLASSES) + done, rows
+                ),
             ),
         ]
     dataset = {
@@ -260,8 +282,12 @@ def run_demo(
     from tfgpu.train.tuning import TuneOptions
 
     # a log point every 4 steps gives the report its curves; the tuning measured afresh each run
-    trainer = Trainer(task(work), log_every=4, tune=TuneOptions(budget_s=TUNE_S, keep=False))
-    found = diagnoses(work, trainer)
+    trainer = Trainer(
+        task(work, callbacks=(_epoch_progress(report_progress),)),
+        log_every=4,
+        tune=TuneOptions(budget_s=TUNE_S, keep=False),
+    )
+    found = diagnoses(work, trainer, progress=report_progress)
     if epochs is None:
         epochs, why = epochs_for(
             found["tfgpu.data.pipeline"]["together_examples_per_s"],
@@ -281,6 +307,7 @@ def run_demo(
         output=str(work / "predictions"),
         options=PredictOptions(batch_size=64),
         overwrite=True,  # the model was trained again: its old predictions go
+        on_progress=lambda done, total: report_progress("predict", done, total),
     )
     logits = next(v for k, v in read_output(work / "predictions").items() if k != "row_id")
     labels = np.concatenate([b["label"].numpy() for b in data.pipeline(work / "heldout", batch_size=256)])
@@ -310,15 +337,17 @@ def run_demo(
 
 
 class _Clock:
-    """Seconds per phase: ``with clock(name)`` or ``clock.start(name)`` until the next one."""
+    """Seconds per phase: ``with clock(name)`` or ``clock.start(name)`` until the next one; each
+    start is reported as progress (0, 0)."""
 
-    def __init__(self, phases: dict[str, float]) -> None:
-        self.phases = phases
+    def __init__(self, phases: dict[str, float], progress: Progress) -> None:
+        self.phases, self.progress = phases, progress
         self._current: tuple[str, float] | None = None
 
     def start(self, name: str) -> None:
         self.stop()
         self._current = (name, time.perf_counter())
+        self.progress(name, 0, 0)
 
     def stop(self) -> None:
         if self._current is not None:
@@ -333,3 +362,23 @@ class _Clock:
             yield
         finally:
             self.stop()
+
+
+def _epoch_progress_type() -> type:
+    import keras
+
+    class EpochProgress(keras.callbacks.Callback):
+        """Training's epochs as progress ("train", epoch, epochs)."""
+
+        def __init__(self, progress: Progress) -> None:
+            super().__init__()
+            self.report = progress
+
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            self.report("train", epoch + 1, int(self.params.get("epochs") or 0))
+
+    return EpochProgress
+
+
+def _epoch_progress(progress: Progress) -> Any:
+    return _epoch_progress_type()(progress)

@@ -28,9 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tfgpu import choices
+    from tfgpu.cli._progress import phases
     from tfgpu.demo import run_demo
 
-    result = run_demo(workdir=args.workdir, report=args.report, epochs=args.epochs)
+    with phases(
+        "demo", machine_output=args.json
+    ) as progress:  # each phase as it starts (stderr): the run takes a minute or two
+        result = run_demo(workdir=args.workdir, report=args.report, epochs=args.epochs, progress=progress)
     if args.json:
         _common.print_json(result.to_dict())
         return 0 if result.ok else 1
