@@ -302,15 +302,15 @@ class Seen(keras.callbacks.Callback):
         self.events.append(batch)
 
 
-def untuned_and_tuned(replicas, tune, xy, *, callbacks=(), epochs=2, **fit):
-    """The test model trained untuned and then with ``tune`` (2 s), each from the same start on
-    ``replicas`` replicas, in batches of 16: (the untuned model, the tuned one, its History)."""
+def untuned_and_tuned(replicas, tune, xy, *, callbacks=(), epochs=2, budget_s=2, **fit):
+    """The test model trained untuned and then with ``tune`` (``budget_s``), each from the same
+    start on ``replicas`` replicas, in batches of 16: (the untuned model, the tuned one, its History)."""
     x, y = xy
     args = dict(batch_size=16, epochs=epochs, shuffle=False, verbose=0, **fit)
     plain = in_scope(local_strategy(replicas), model)
     tfgpu.fit(plain, x, y, **args)
     tuned = in_scope(local_strategy(replicas), model)
-    history = tfgpu.fit(tuned, x, y, tune=tune, tune_budget_s=2, callbacks=list(callbacks), **args)
+    history = tfgpu.fit(tuned, x, y, tune=tune, tune_budget_s=budget_s, callbacks=list(callbacks), **args)
     return plain, tuned, history
 
 
@@ -318,7 +318,8 @@ def untuned_and_tuned(replicas, tune, xy, *, callbacks=(), epochs=2, **fit):
 def test_a_tuned_run_trains_as_the_untuned_run_and_its_callbacks_see_no_trial(tmp_path, monkeypatch):
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path / "cache"))
     seen = Seen()
-    plain, tuned, history = untuned_and_tuned(1, True, data(), callbacks=[seen])
+    # a budget that a slow first trace cannot spend before any trial (a loaded process took 13 s)
+    plain, tuned, history = untuned_and_tuned(1, True, data(), callbacks=[seen], budget_s=60)
     same_weights(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
     assert history.epoch == [0, 1] and len(history.history["loss"]) == 2
     batches = [e for e in seen.events if isinstance(e, int)]
