@@ -35,7 +35,7 @@ $(LEGACY_STAMP): pyproject.toml
 	$(LEGACY_PYTHON) -m venv $(LEGACY_VENV)
 	$(LEGACY_VENV)/bin/python -m pip install -q --upgrade pip
 	$(LEGACY_VENV)/bin/python -m pip install -q "tensorflow-cpu==2.15.1" "tensorflow-estimator==2.15.0" \
-		"numpy>=1.26,<2" "pyarrow>=14,<19" "rich>=13,<15" "nvidia-ml-py>=12.535,<14" "pytest>=7,<10"
+		"numpy>=1.26,<2" "pyarrow>=14,<19" "rich>=13,<15" "nvidia-ml-py>=12.535,<14" "psutil>=5.9,<8" "pytest>=7,<10"
 	$(LEGACY_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(LEGACY_STAMP)
 
