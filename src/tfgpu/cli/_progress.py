@@ -81,14 +81,17 @@ def phases(command: str, *, machine_output: bool = False) -> Iterator[Callable[[
     """Yields ``update(phase, done, total)`` for a command of several phases (tfgpu demo): on a
     terminal a rich line per phase, started as the phase starts, with its progress (``total`` 0:
     a spinner and the time so far); otherwise a line as each phase starts and one every few
-    seconds while it runs. Goes to stderr: stdout keeps the command's results. With
+    seconds while it runs (on stderr: stdout keeps the command's results). With
     ``machine_output`` (--json) nothing is shown unless TFGPU_PROGRESS asks for it."""
     mode = env.progress_mode() or ("off" if machine_output else _mode())
     if mode == "off":
         yield lambda phase, done, total: None
         return
     if mode == "bar":
-        from tfgpu.cli._common import err
+        from tfgpu.cli._common import out
+
+        # on stdout, the terminal: stderr goes through tfgpu's filter of TensorFlow's log lines,
+        # which passes whole lines only, and a live display redraws one line without ending it
 
         columns = (
             SpinnerColumn(),
@@ -97,7 +100,7 @@ def phases(command: str, *, machine_output: bool = False) -> Iterator[Callable[[
             MofNCompleteColumn(),
             TimeElapsedColumn(),
         )
-        with Progress(*columns, console=err, transient=False) as bar:
+        with Progress(*columns, console=out, transient=False) as bar:
             tasks: dict[str, int] = {}
 
             def update(phase: str, done: int, total: int) -> None:
