@@ -130,9 +130,11 @@ def rehomed(model: Any) -> bool:
     return model in _REHOMED
 
 
+@functools.cache
 def check_keras_variables() -> None:
     """Fail loudly if Keras's variables no longer keep their TensorFlow variable as ``_value``,
-    made by ``_initialize`` (Keras 3.15's ``backend/tensorflow/core.py``): ``rehome`` rests on it."""
+    made by ``_initialize`` (Keras 3.15's ``backend/tensorflow/core.py``): ``rehome`` rests on it.
+    Once per process (it makes a probe variable); a failure is not cached and raises each time."""
     import keras
     import tensorflow as tf
 
