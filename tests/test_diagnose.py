@@ -247,7 +247,10 @@ def test_cli_json_html_and_bad_input(tmp_path):
     assert data["bottleneck"] == "host" and data["layers"]
     assert data["memory"]["source"] == "estimated" and data["memory"]["per_example_bytes"] > 0
     page = (tmp_path / "r.html").read_text()
-    assert page.count("data:image/png;base64,") == 3 and "Advice (ranked by measured gain where measured, else estimated)" in page
+    assert (
+        page.count("data:image/png;base64,") == 3
+        and "Advice (ranked by measured gain where measured, else estimated)" in page
+    )
     for args, needle in (
         (["--dataset", f"{INPUTS}:not_a_dataset", "--step-time", "5ms"], "not a tf.data.Dataset"),
         (["--dataset", f"{INPUTS}:memory", "--model", f"{INPUTS}:uncompiled_model"], "not compiled"),

@@ -103,18 +103,20 @@ def phases(command: str, *, machine_output: bool = False) -> Iterator[Callable[[
         with Progress(*columns, console=out, transient=False) as bar:
             tasks: dict[str, int] = {}
 
+            def finish(handle: int) -> None:  # a phase ended: its bar full
+                total = bar.tasks[handle].total or 1
+                bar.update(handle, total=total, completed=total)
+
             def update(phase: str, done: int, total: int) -> None:
                 if phase not in tasks:
-                    for other in tasks.values():  # the phase before has ended
-                        bar.update(
-                            other, total=bar.tasks[other].total or 1, completed=bar.tasks[other].total or 1
-                        )
+                    for other in tasks.values():
+                        finish(other)
                     tasks[phase] = bar.add_task(PHASES.get(phase, phase), total=None)
                 bar.update(tasks[phase], completed=done, total=total or None)
 
             yield update
             for handle in tasks.values():
-                bar.update(handle, total=bar.tasks[handle].total or 1, completed=bar.tasks[handle].total or 1)
+                finish(handle)
         return
     current = [""]
     last = [0.0]

@@ -31,9 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from tfgpu.cli._progress import phases
     from tfgpu.demo import run_demo
 
-    with phases(
-        "demo", machine_output=args.json
-    ) as progress:  # each phase as it starts (stderr): the run takes a minute or two
+    # each phase as it starts: the run takes a minute or two
+    with phases("demo", machine_output=args.json) as progress:
         result = run_demo(workdir=args.workdir, report=args.report, epochs=args.epochs, progress=progress)
     if args.json:
         _common.print_json(result.to_dict())

@@ -537,6 +537,14 @@ def check_estimator(f: Facts) -> CheckResult | None:
     )
 
 
+def _tf_config(f: Facts) -> tuple[Any, ClusterError | None]:
+    """(the TF_CONFIG cluster spec or None, the error when it does not parse)."""
+    try:
+        return cluster.from_environ({"TF_CONFIG": f.environ.get("TF_CONFIG", "")}), None
+    except ClusterError as exc:
+        return None, exc
+
+
 def check_environment(f: Facts) -> list[CheckResult]:
     results = []
     if f.unknown_tfgpu_variables:
@@ -548,12 +556,10 @@ def check_environment(f: Facts) -> list[CheckResult]:
                 "see tfgpu.env for the variables tfgpu reads",
             )
         )
-    text = f.environ.get("TF_CONFIG")
-    if text:
-        try:
-            spec = cluster.from_environ({"TF_CONFIG": text})
-        except ClusterError as exc:
-            results.append(CheckResult("tf-config", FAIL, exc.what, exc.fix))
+    if f.environ.get("TF_CONFIG"):
+        spec, error = _tf_config(f)
+        if error is not None:
+            results.append(CheckResult("tf-config", FAIL, error.what, error.fix))
         else:
             if spec is not None:
                 results.append(
@@ -637,12 +643,7 @@ def check_exposure(f: Facts) -> CheckResult:
     TensorFlow server would listen on (every interface, unauthenticated: ``tfgpu.exposure``)."""
     from tfgpu import exposure
 
-    spec = None
-    if f.environ.get("TF_CONFIG"):
-        try:
-            spec = cluster.from_environ({"TF_CONFIG": f.environ["TF_CONFIG"]})
-        except ClusterError:
-            spec = None  # tf-config reports it
+    spec, _ = _tf_config(f)  # a TF_CONFIG that does not parse: the tf-config check says so
     addresses = [a for role in (spec.cluster.values() if spec else []) for a in role]
     shown = ", ".join(addresses[:4]) + (f" and {len(addresses) - 4} more" if len(addresses) > 4 else "")
     cluster_part = f"TF_CONFIG cluster at {shown}; " if addresses else ""

@@ -50,7 +50,7 @@ def check_ports(plan: LaunchPlan) -> None:
         return  # local ports were just found free; a scheduler owns its ports
     for process in plan.local:
         address = plan.cluster[process.role][process.index]
-        port = int(address.rpartition(":")[2])
+        port = _port(address)
         if ports.in_use(port):
             raise ConfigError(
                 f"Port {port} for {process.label} is already in use on this node",
@@ -61,7 +61,11 @@ def check_ports(plan: LaunchPlan) -> None:
 
 def local_ports(plan: LaunchPlan) -> list[int]:
     """The ports this node's processes will serve TensorFlow's gRPC on (every interface)."""
-    return sorted(int(plan.cluster[p.role][p.index].rpartition(":")[2]) for p in plan.local)
+    return sorted(_port(plan.cluster[p.role][p.index]) for p in plan.local)
+
+
+def _port(address: str) -> int:
+    return int(address.rpartition(":")[2])
 
 
 def exposure_warning(plan: LaunchPlan, interfaces: Mapping[str, Any] | None = None) -> str | None:

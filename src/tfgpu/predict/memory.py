@@ -246,17 +246,9 @@ def _compiled(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bo
     """
     from tfgpu.train import execution
 
-    key = ("predict", strategy, per_call, arrays, _spec_key(spec))
+    key = ("predict", strategy, per_call, arrays, str(spec))  # shapes, dtypes and structure
     return execution.cached(
         model, key, lambda: _trace(strategy, model, per_call=per_call, spec=spec, arrays=arrays)
-    )
-
-
-def _spec_key(spec: Any) -> Any:
-    import tensorflow as tf
-
-    return tuple((str(s.shape), s.dtype.name) for s in tf.nest.flatten(spec)), str(
-        tf.nest.map_structure(lambda _: 0, spec)
     )
 
 

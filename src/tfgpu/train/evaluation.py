@@ -57,10 +57,10 @@ class Evaluator:
         acting = callbacks is not None and callback_setup.acting_per_batch(callbacks, kind="test")
         if acting:
             out = self._batch_by_batch(iterator, limit or ALL, callbacks, acting)
-            logs = pythonify(out["logs"])
         else:
             out = self._run(iterator, timing.limit(limit or ALL))
-            logs = pythonify(out["logs"])
+        logs = pythonify(out["logs"])
+        if not acting:
             steps = int(out["steps"])
             if callbacks is not None and steps and callback_setup.has_batch_hooks(callbacks, kind="test"):
                 callbacks.on_test_batch_begin(0)
@@ -78,7 +78,7 @@ class Evaluator:
             f"{', '.join(sorted(set(acting)))} acts on every test batch, as under Keras's evaluate",
         )
         one = timing.limit(1)
-        out: dict[str, Any] = {"examples": 0.0, "logs": {}}
+        out = None
         for step in range(limit):
             callbacks.on_test_batch_begin(step)
             ran = self._run(iterator, one)
@@ -86,9 +86,7 @@ class Evaluator:
                 break
             out = ran
             callbacks.on_test_batch_end(step, pythonify(ran["logs"]))
-        if not out["logs"]:  # no batch at all: the logs of an empty evaluation, as one call gives
-            out = ran
-        return out
+        return ran if out is None else out  # no batch at all: an empty evaluation's, as one call gives
 
 
 def evaluator_for(strategy: Any, model: Any) -> Evaluator:
