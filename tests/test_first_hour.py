@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import local_strategy
@@ -182,3 +183,30 @@ def test_the_demo_phases_are_said_as_they_start(capsys, monkeypatch):
     with _progress.phases("demo", machine_output=True) as update:  # --json: stdout is the JSON
         update("doctor", 0, 0)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.heavy
+def test_a_checkpoint_of_another_model_is_one_message_and_nothing_trains(tmp_path):
+    """README's fit block and its `tfgpu train` both wrote to ckpt/: the second run restored the
+    first model's checkpoint into its own variables and died in a Keras traceback (found by
+    running the README's blocks in order)."""
+    import keras
+
+    import tfgpu
+    from tfgpu.errors import InputError
+
+    x = np.zeros((96, 4), "float32")
+    y = np.zeros((96, 1), "float32")
+
+    def model(width):
+        m = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width), keras.layers.Dense(1)])
+        m.compile(optimizer="sgd", loss="mse")
+        return m
+
+    tfgpu.fit(model(3), x, y, epochs=1, batch_size=48, checkpoint_dir=str(tmp_path), verbose=0)
+    other = model(5)
+    before = [w.copy() for w in other.get_weights()]
+    with pytest.raises(InputError, match="is not of this model") as raised:
+        tfgpu.fit(other, x, y, epochs=1, batch_size=48, checkpoint_dir=str(tmp_path), verbose=0)
+    assert "own checkpoint directory" in str(raised.value)
+    assert all(np.array_equal(a, b) for a, b in zip(before, other.get_weights(), strict=True))

@@ -426,8 +426,23 @@ class Stages:
             deterministic=self.options.deterministic,
         )
 
+    def whole_steps(self, ds: Any, input_context: Any) -> Any:
+        """Training batches in whole steps: this pipeline feeds ``local`` replicas one batch each
+        per step, so a count of batches that is not a multiple of ``local`` left the last step
+        with empty batches on some replicas, which Conv2D on the CPU turns into a shape error
+        (`Matrix size-incompatible: In[0]: [0,3]`, 600 rows at batch 128 on 2 replicas)."""
+        if not self.options.drops_remainder or input_context is None:
+            return ds
+        local = input_context.num_replicas_in_sync // max(1, input_context.num_input_pipelines)
+        if local <= 1:
+            return ds
+        if self.where.rows >= 0:
+            return ds.take(self.where.rows // self.batch_size // local * local)
+        return ds.batch(local, drop_remainder=True).unbatch()
+
     def finish(self, ds: Any, *, input_context: Any) -> Any:
         tf, options = self.tf, self.options
+        ds = self.whole_steps(ds, input_context)
         ds = ds.map(_output(self.manifest, with_ids=options.with_ids, supervised=options.supervised))
         data_options = parallel_options(tf, autotune=options.autotune)
         data_options.deterministic = options.deterministic

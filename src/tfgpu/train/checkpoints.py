@@ -43,7 +43,10 @@ class Checkpoints:
         """Restore the chief's latest checkpoint, if any; returns its path."""
         path = self.latest()
         if path:
-            self.checkpoint.restore(path).assert_existing_objects_matched()
+            try:
+                self.checkpoint.restore(path).assert_existing_objects_matched()
+            except (AssertionError, ValueError, NotImplementedError) as error:
+                raise _not_this_models(self.directory, path, error) from error
         return path
 
     def save_history(self, epochs: list[dict[str, Any]]) -> None:
@@ -73,3 +76,17 @@ class Checkpoints:
             shutil.rmtree(self.manager.directory, ignore_errors=True)
             return None
         return path
+
+
+def _not_this_models(directory: Path | None, path: str, error: Exception) -> Exception:
+    """A checkpoint directory holding another model's checkpoint (another script's, or this one's
+    before its layers changed): resuming from it would mix two runs, so nothing trains."""
+    from tfgpu.errors import InputError
+
+    first = str(error).split(". Target variable")[0].splitlines()[0][:300]
+    return InputError(
+        f"The checkpoint in {directory} is not of this model, so this run cannot resume from it "
+        f"({first or type(error).__name__})",
+        value=path,
+        fix="give this run its own checkpoint directory, or delete that one to start afresh",
+    )

@@ -77,6 +77,24 @@ def array_rows(source: Any) -> int:
     return next(iter(counts.values()))
 
 
+def manifest_rows(source: str | os.PathLike) -> int:
+    """A converted dataset's rows, from its manifest (-1 where a shard's count is unknown)."""
+    from tfgpu.data import manifest
+
+    shards = manifest.load(source).shards
+    return sum(s.rows for s in shards) if all(s.rows >= 0 for s in shards) else -1
+
+
+def _refuse_fewer_rows_than_a_batch(rows: int, global_batch: int) -> None:
+    """Training takes whole global batches: fewer rows than one would train nothing."""
+    if 0 <= rows < global_batch:
+        raise ConfigError(
+            f"train_data has {rows} rows, fewer than one global batch ({global_batch})",
+            value=rows,
+            fix="lower Task.batch_size, or give more rows",
+        )
+
+
 def takes_batch(fn: Callable[..., Any]) -> bool:
     """False for ``dataset_fn(input_context)`` alone, as TensorFlow's parameter-server tutorial
     (and Keras 2's ``DatasetCreator``) write it: it reads the per-replica batch from the context."""
@@ -133,16 +151,14 @@ class Input:
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
         self._arrays_given = is_arrays(source)
+        if training and isinstance(source, (str, os.PathLike)):
+            _refuse_fewer_rows_than_a_batch(manifest_rows(source), global_batch)
         if self._arrays_given:
             if self._weigh is not None:
                 source = self._weigh(*source)
             rows = array_rows(source)
-            if training and rows < global_batch:
-                raise ConfigError(
-                    f"train_data has {rows} rows, fewer than one global batch ({global_batch})",
-                    value=rows,
-                    fix="lower Task.batch_size, or give more rows",
-                )
+            if training:
+                _refuse_fewer_rows_than_a_batch(rows, global_batch)
             with tf.device("/cpu:0"):
                 self._tensors = tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source)))
             self._rows = rows
