@@ -121,3 +121,20 @@ def augment(i):
 def make_dataset():
     return tf.data.Dataset.range(100_000).map(augment).batch(32).prefetch(tf.data.AUTOTUNE)
 """
+
+ARRAY_TASK = """\
+import keras
+import tfgpu
+import docs_setup
+
+
+def build_model():
+    model = docs_setup.build_model()
+    model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def make_task():
+    return tfgpu.Task(model=build_model, train_data=docs_setup.arrays(2048, seed=0),
+                      eval_data=docs_setup.arrays(256, seed=1), batch_size=64)
+"""

@@ -239,11 +239,12 @@ SYBIL = Sybil(
 )
 
 
-def _examples():
-    for path in DOCS:
-        document = SYBIL.parse(path)
-        for example in document:
-            yield pytest.param(example, id=f"{path.name}:{example.line}")
+def _examples() -> list:
+    return [
+        pytest.param(example, id=f"{path.name}:{example.line}")
+        for path in DOCS
+        for example in SYBIL.parse(path)
+    ]
 
 
 @pytest.fixture(scope="module", autouse=True)
