@@ -110,6 +110,16 @@ def test_demo_runs_end_to_end(tmp_path):
     ):
         assert f">{section}<" in page
     assert page.count("data:image/png;base64,") >= 9
+    # issue 44: again, on an 80-column terminal as a person sees it (its data cached by the run
+    # above): it talks from the start, and only tfgpu's lines, none wider than the terminal
+    import tfgpu.quiet
+    from terminal import on_terminal
+
+    seen = on_terminal("demo", "--workdir", str(tmp_path / "demo"), "--epochs", "4", cwd=str(tmp_path))
+    assert seen.returncode == 0, "\n".join(seen.lines)
+    assert seen.first_output_s < seen.total_s / 3, (seen.first_output_s, seen.total_s)
+    assert [line for line in seen.lines if tfgpu.quiet.is_noise(line)] == [], seen.lines
+    assert seen.wider_than_the_terminal() == [], seen.lines
     # the same report renders again from the recorded run
     again = run_cli("report", str(tmp_path / "demo"), "--output", str(tmp_path / "again.html"))
     assert again.returncode == 0, again.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,3 +211,45 @@ def test_a_checkpoint_of_another_model_is_one_message_and_nothing_trains(tmp_pat
         tfgpu.fit(other, x, y, epochs=1, batch_size=48, checkpoint_dir=str(tmp_path), verbose=0)
     assert "own checkpoint directory" in str(raised.value)
     assert all(np.array_equal(a, b) for a, b in zip(before, other.get_weights(), strict=True))
+
+
+def test_verbose_goes_after_the_command_too():
+    """Errors say "run with --verbose"; users add it at the end, where it was refused."""
+    parser = cli.build_parser()
+    assert parser.parse_args(["doctor", "--verbose"]).verbose is True
+    assert parser.parse_args(["--verbose", "doctor"]).verbose is True
+    assert parser.parse_args(["doctor"]).verbose is False
+
+
+def test_epoch_lines_break_between_fields_at_80_columns():
+    from tfgpu.cli._common import packed
+
+    fields = [
+        "epoch 1",
+        "steps 1",
+        "accuracy 0.5000",
+        "loss 0.7136",
+        "val_accuracy 0.5000",
+        "val_loss 0.7648",
+    ]
+    lines = packed(fields, width=80)
+    assert all(len(line) <= 80 for line in lines)
+    assert " ".join(" ".join(lines).split()) == " ".join(" ".join(fields).split())
+    assert lines[1].strip() == "val_loss 0.7648"  # the value stays with its name
+
+
+@pytest.mark.process
+def test_train_on_an_80_column_terminal_shows_tfgpus_lines_whole(tmp_path):
+    """As a person sees it (pyte reads the pty): the epoch lines broke "val_loss" from its value."""
+    import tfgpu.quiet
+    from terminal import on_terminal
+
+    seen = on_terminal("train", "tasks.py:make_task", "--epochs", "2", cwd=str(Path(__file__).parent))
+    assert seen.returncode == 0, "\n".join(seen.lines)
+    assert seen.wider_than_the_terminal() == [], seen.lines
+    assert [line for line in seen.lines if tfgpu.quiet.is_noise(line)] == []
+    epochs = [line for line in seen.lines if line.startswith("  epoch ")]
+    assert len(epochs) == 2
+    orphans = [line for line in seen.lines if line.strip().replace(".", "").isdigit()]
+    assert orphans == [], seen.lines  # a value wrapped away from its name
+    assert any(line.startswith("trained ") for line in seen.lines)

@@ -624,3 +624,52 @@ def test_data_service_pods_find_the_dispatcher_on_pod_0(tmp_path):
     args = parser.parse_args(["data-service", "--subdomain", "js"])
     with pytest.raises(ConfigError, match="runs on a JobSet's worker pods"):
         data_service.options_from(args, {**env, "TFGPU_PODINFO": str(podinfo)})
+
+
+# JobSet's CRD schema (openAPIV3Schema of jobset.x-k8s.io/v1alpha2), from kubernetes-sigs/jobset at
+# 08dfbdfd, config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml
+JOBSET_SCHEMA = Path(__file__).parent / "data" / "jobset.x-k8s.io_v1alpha2.schema.json.gz"
+
+
+def unknown_fields(doc, schema, where="") -> list[str]:
+    """Fields the schema does not declare (kubectl apply --validate=strict refuses them; the API
+    server would drop them silently): the CRD's schema has no additionalProperties to say so."""
+    if isinstance(doc, dict) and "properties" in schema:
+        if schema.get("x-kubernetes-preserve-unknown-fields"):
+            return []
+        found = []
+        for key, value in doc.items():
+            if key not in schema["properties"]:
+                found.append(f"{where}.{key}")
+            else:
+                found += unknown_fields(value, schema["properties"][key], f"{where}.{key}")
+        return found
+    if isinstance(doc, list) and "items" in schema:
+        return [
+            f for i, item in enumerate(doc) for f in unknown_fields(item, schema["items"], f"{where}[{i}]")
+        ]
+    return []
+
+
+@pytest.mark.parametrize(
+    "shape", [{"nodes": 2, "gpus_per_node": 4}, {"nodes": 4, "gpus_per_node": 0, "ps": 2}]
+)
+def test_the_jobset_validates_against_jobsets_own_schema(shape):
+    """Issue 44: the JobSet was checked for a few fields only; a misspelt or misplaced one would
+    fail at kubectl apply. Checked against the CRD's schema: types, required fields, enums, and no
+    field it does not declare."""
+    import gzip
+
+    import jsonschema
+
+    schema = json.loads(gzip.open(JOBSET_SCHEMA, "rt").read())
+    jobset = next(doc for doc in emitted("kubernetes", **shape) if doc["kind"] == "JobSet")
+    jsonschema.Draft7Validator(schema).validate(jobset)
+    assert unknown_fields(jobset, schema) == []
+    misplaced = json.loads(json.dumps(jobset))
+    misplaced["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism "] = 1
+    misplaced["spec"]["replicatedJobs"][0]["replica"] = 1
+    assert unknown_fields(misplaced, schema) == [
+        ".spec.replicatedJobs[0].template.spec.parallelism ",
+        ".spec.replicatedJobs[0].replica",
+    ]

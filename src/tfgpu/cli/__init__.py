@@ -79,17 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     from tfgpu import __version__
 
     parser.add_argument("--version", action="version", version=f"tfgpu {__version__}")
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="store_true",
-        help="log what tfgpu does, and let TensorFlow's own log lines through (TFGPU_VERBOSE=1 too)",
-    )
+    verbose = "log what tfgpu does, and let TensorFlow's own log lines through (TFGPU_VERBOSE=1 too)"
+    parser.add_argument("-v", "--verbose", action="store_true", help=verbose)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"tfgpu.cli.{name.replace('-', '_')}")
         module.register(sub)
+    # after the command too, where users put it when an error says "run with --verbose" (it was
+    # refused there: "unrecognized arguments: --verbose; did you mean '--verbose'?")
+    for command in sub.choices.values():
+        command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose)
     return parser
 
 

@@ -32,6 +32,18 @@ def setup_logging(*, verbose: bool) -> None:
     logging.getLogger("tfgpu").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
+def packed(fields: list[str], *, width: int) -> list[str]:
+    """Fields ("val_loss 0.0791") two spaces apart, in lines of at most ``width`` columns, a line
+    breaking only between fields: rich's own wrapping broke "val_loss" from its value at 80."""
+    lines, line = [], "  "
+    for field in fields:
+        if line.strip() and len(line) + 2 + len(field) > width:
+            lines.append(line)
+            line = "    "
+        line += ("  " if line.strip() else "") + field
+    return [*lines, line]
+
+
 def print_json(data: Any) -> None:
     """The --json contract: one JSON object on stdout and nothing else."""
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -216,9 +216,9 @@ def run(args: argparse.Namespace) -> int:
     if result.tuning:
         out.print(result.tuning["summary"], markup=False)
     for entry in result.history:
-        out.print(
-            "  " + "  ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items())
-        )
+        fields = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()]
+        for line in _common.packed(fields, width=out.width):
+            out.print(line, soft_wrap=True, markup=False)
     rate = "steady-state examples/s" if result.steady else "examples/s"
     out.print(
         f"trained {result.steps} steps x {result.global_batch} examples in {result.seconds:.1f} s: "
