@@ -662,7 +662,7 @@ def test_the_jobset_validates_against_jobsets_own_schema(shape):
 
     import jsonschema
 
-    schema = json.loads(gzip.open(JOBSET_SCHEMA, "rt").read())
+    schema = json.loads(gzip.decompress(JOBSET_SCHEMA.read_bytes()))
     jobset = next(doc for doc in emitted("kubernetes", **shape) if doc["kind"] == "JobSet")
     jsonschema.Draft7Validator(schema).validate(jobset)
     assert unknown_fields(jobset, schema) == []
