@@ -322,3 +322,86 @@ def test_a_converted_directory_trains_in_whole_steps_on_two_replicas(tmp_path, c
     assert result.steps == 4
     with pytest.raises(ConfigError, match="100 rows, fewer than one global batch \\(120\\)"):
         tfgpu.Trainer(task(60), strategy=local_strategy(2), monitor_gpus=False).fit(epochs=1)
+
+
+# -- item 2: the replicas' first step proved against one device's, on the user's model ------------
+class LocalMeanStep(keras.Model):
+    """A custom train_step whose loss is a mean over the replica's own rows: N replicas sum N such
+    gradients, N times one device's step (the bug the proof exists to catch)."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(y - self(x, training=True)))
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        return {"loss": loss}
+
+
+def _local_mean_model():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    model = LocalMeanStep(inputs, keras.layers.Dense(1)(keras.layers.Dense(4)(inputs)))
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    return model
+
+
+@pytest.mark.parametrize("loss", ["mse", mean_squared])
+def test_the_first_step_is_proved_equal_to_one_device_and_changes_nothing(loss, clean_choices):
+    """Proved on the user's model before the first step (a compiled 0-d loss included, which tfgpu
+    scales), and the proof leaves every variable as it found it: the weights equal one device's
+    and a run without the proof's."""
+    x, y = regression()
+    runs = {}
+    for prove in (True, False):
+        with local_strategy(2).scope():
+            model = small(loss)
+        history = tfgpu.fit(model, x, y, prove=prove, **FIT)
+        runs[prove] = (model.get_weights(), history)
+    proof = runs[True][1].train_result.proof
+    assert proof["status"] == "agree" and proof["worst_update_error"] < 1e-4, proof
+    assert proof["logged"]["loss"][0] == pytest.approx(proof["logged"]["loss"][1], rel=1e-5)
+    assert runs[False][1].train_result.proof is None
+    for ours, without in zip(runs[True][0], runs[False][0], strict=True):
+        np.testing.assert_array_equal(ours, without)
+    assert runs[True][1].history["loss"] == runs[False][1].history["loss"]
+
+
+def test_a_step_that_averages_over_its_replicas_rows_is_said_with_its_cause(caplog, clean_choices):
+    x, y = regression()
+    with local_strategy(2).scope():
+        model = _local_mean_model()
+    with caplog.at_level("WARNING", logger="tfgpu"):
+        history = tfgpu.fit(model, x, y, **FIT)
+    proof = history.train_result.proof
+    assert proof["status"] == "differ" and proof["update_ratio"] == pytest.approx(2.0, rel=1e-3)
+    (said,) = [r.getMessage() for r in caplog.records if "do not train as one device" in r.getMessage()]
+    assert "2x one device's" in said and "summed over the 2 replicas" in said and "prove=False" in said
+
+
+def test_a_model_built_outside_any_scope_is_proved_where_it_trains(clean_choices):
+    """As written: a functional model with a Lambda and a function loss, built at module level."""
+    x, y = regression()
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,))
+    hidden = keras.layers.Lambda(lambda t: t * 2.0)(keras.layers.Dense(4)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=mean_squared)
+    proof = tfgpu.fit(model, x, y, strategy=local_strategy(3), **FIT).train_result.proof
+    assert proof["status"] == "agree" and proof["replicas"] == 3, proof
+
+
+def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
+    x, y = regression()
+    with local_strategy(2).scope():
+        keras.utils.set_random_seed(0)
+        dropout = keras.Sequential([keras.Input((4,)), keras.layers.Dropout(0.5), keras.layers.Dense(1)])
+        dropout.compile(optimizer="sgd", loss="mse")
+        norm = keras.Sequential([keras.Input((4,)), keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+        norm.compile(optimizer="sgd", loss="mse")
+    for model, reason in ((dropout, "random numbers"), (norm, "BatchNormalization")):
+        proof = tfgpu.fit(model, x, y, **FIT).train_result.proof
+        assert proof["status"] == "not checked" and reason in proof["sentence"], proof
+    with local_strategy(2).scope():
+        once = small()
+    tfgpu.fit(once, x, y, **FIT)
+    assert tfgpu.fit(once, x, y, **FIT).train_result.proof is None  # proved once per compiled state

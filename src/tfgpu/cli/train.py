@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--xla", action="store_true", help="compile the training step with XLA")
     p.add_argument(
+        "--no-prove",
+        dest="prove",
+        action="store_false",
+        help="skip the check that the replicas' first step equals one device's (on by default)",
+    )
+    p.add_argument(
         "--steps-per-execution",
         type=int,
         help="steps per compiled call, taken from the iterator inside the graph (default: --log-every)",
@@ -197,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
         log_dir=args.log_dir,
+        prove=args.prove,
     )
     trainer = Trainer(task, options=options, on_progress=_progress_printer(args.json))
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)

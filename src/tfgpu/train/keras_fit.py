@@ -62,6 +62,7 @@ def fit(
     tune: bool | str | Sequence[str] | None = None,
     tune_budget_s: float | None = None,
     seed: int = 0,
+    prove: bool = True,
 ) -> Any:
     """Train a compiled Keras model as ``model.fit`` would, on tfgpu's loop; returns Keras's History.
 
@@ -92,6 +93,10 @@ def fit(
       mixed precision (GPUs with Tensor Cores) and may train on one device; ``tune_budget_s``
       bounds the measurement. The weights are those of the untuned run;
       ``history.train_result.tuning`` says what was chosen and why;
+    - ``prove``: on several replicas, before the first step, the model's own step on them and on
+      one device from the same state and rows are compared, and a disagreement is said with its
+      likely cause (a loss summed over replicas, a custom ``train_step`` dividing by its local
+      batch); ``history.train_result.proof`` holds the figures (``train.proof``);
     - ``batch_size="auto"``: the global batch doubled from Keras's default while a doubling fits
       in memory and gains 5% (the learning rate stays yours; the chosen batch is said loudly).
 
@@ -148,6 +153,7 @@ def fit(
         checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
         checkpoint_every=checkpoint_every,
         log_dir=None if log_dir is None else str(log_dir),
+        prove=bool(prove),
     )
     trainer = Trainer(task, strategy=strategy, options=options)
     if acting and not _compiled_steps(trained):

@@ -25,7 +25,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError, TfgpuError, refuse_unknown
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, inputs, timing, tuning
+from tfgpu.train import execution, inputs, proof, timing, tuning
 from tfgpu.train import model as model_setup
 from tfgpu.train.checkpoints import Checkpoints
 from tfgpu.train.evaluation import evaluation_strategy, evaluator_for
@@ -171,6 +171,7 @@ class Trainer:
         self._last: dict[str, Any] | None = None  # the last execution's accumulators
         self._tuning: Any = None  # what tune=True chose (tuning.Tuning), once per Trainer
         self._trials: dict[tuple[Any, ...], Any] = {}  # tuning's other setups and model copies
+        self._proof: Any = None  # train.proof's finding, once per Trainer
 
     def _checkpointed(self) -> None:
         """Checkpoints of model, optimizer and counters; restore the latest one there is."""
@@ -288,6 +289,7 @@ class Trainer:
             resumed=self.resumed_from,
         )
         result.tuning = None if self._tuning is None else self._tuning.to_dict()
+        result.proof = None if self._proof is None else self._proof.to_dict()
         return result
 
     # -- tune=True -------------------------------------------------------------------------------
@@ -582,6 +584,8 @@ class Trainer:
             self.tune(epochs=epochs, steps=steps)  # first: it may set this Trainer up again
             if verbose and self.is_chief:
                 print(self._tuning.line())  # before the progress bars, as Keras prints its own
+        if self._proof is None and self.options.prove:
+            self._proof = self._prove()
         if (
             initial_epoch
             and not self.resumed_from
@@ -620,6 +624,26 @@ class Trainer:
             self._finished_before(callbacks, epochs=epochs)
         callbacks.on_train_end(run.history[-1] if run.history else None)
         return self._finish(run)
+
+    def _prove(self) -> Any:
+        """``train.proof`` before the first step: the replicas' step against one device's, on
+        the first batch; said once per model and compiled state."""
+        if self.replicas < 2 or self._counters["step"] or self.resumed_from or self._direct:
+            return None
+        if proof.proved(self.model, self.strategy):
+            return None
+        source = self._inputs["train"]
+        if source.is_dataset:  # the user's object: another iterator would move its shuffle, or a generator
+            found = proof.prove(
+                self.model,
+                self.strategy,
+                lambda: proof.zeros(self.strategy, source.spec()),
+                rows="a batch of zeros shaped like the dataset's (reading it once more would move its shuffle order)",
+            )
+        else:  # made by tfgpu from arrays, a directory or a data function: read again from its start
+            found = proof.prove(self.model, self.strategy, lambda: next(source.trial_iterator(None)))
+        (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
+        return found
 
     def _finished_before(self, callbacks: Any, *, epochs: int | None) -> None:
         """The checkpoint holds a run that had already finished: nothing is trained. Said, and the

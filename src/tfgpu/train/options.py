@@ -34,6 +34,9 @@ class TrainOptions:
             fastest (``train.tuning``; a ``TuneOptions``, None: no tuning).
         tuning_file: train with the configuration a saved tuning chose (``tfgpu tune``'s file,
             ``tfgpu train --config``), without measuring.
+        prove: before the first step on several replicas, run the model's own step once on them
+            and once on one device from the same state and rows, and say whether they agree
+            (``train.proof``); the variables are left as they were.
     """
 
     steps_per_execution: int | None = None
@@ -47,6 +50,7 @@ class TrainOptions:
     monitor_gpus: bool = True
     tune: Any = None  # tuning.TuneOptions
     tuning_file: str | None = None
+    prove: bool = True
 
     def __post_init__(self) -> None:
         from tfgpu.train import tuning
@@ -125,6 +129,7 @@ class TrainResult:
     steady: dict[str, Any] | None = None  # the steady state's figures; None: too short to have one
     warm_up: dict[str, Any] = field(default_factory=dict)  # tracing, first fetches, warm epochs
     tuning: dict[str, Any] | None = None  # what tune=True chose (tuning.Tuning.to_dict())
+    proof: dict[str, Any] | None = None  # the replicas' first step against one device's (train.proof)
 
     def sentence(self) -> str:
         """The verdict, saying what it covers: the steady state, or everything when there is none."""
@@ -164,6 +169,7 @@ class TrainResult:
             "steady": self.steady,
             "warm_up": self.warm_up,
             "warm_up_summary": self.warm_up_sentence(),
+            "proof": self.proof,
             "history": self.history,
             "timeline": self.timeline,
             "gpu_utilization": self.gpu_utilization,

@@ -1,0 +1,315 @@
+"""Before the first epoch: the user's own step on the run's replicas equals it on one device.
+
+A loss that returns one number, a custom ``train_step`` that divides by its local batch, a loss
+scaled twice: each trains silently wrong on N replicas, and users learn of it from curves that look
+wrong weeks later (issue 43: Keras's own ``fit`` trained keras-io's ``contrastive_loss`` 2.3x too
+far on 2 replicas). ``selfcheck`` compares replicas on a built-in model; this compares on the
+user's model, their compiled step and their first batch.
+
+How, without a copy of the model (cloning cannot re-create custom layers, Lambdas, subclassed
+models): every variable the step touches is read; the step runs once on the run's replicas on a
+slice of the first global batch; the variables are put back; then the model's variables are lent
+to a one-device strategy (each Keras variable given a one-device ``tf.Variable`` holding the same
+value, as ``model.rehome`` does), the same step runs once on the same rows, and the original
+variables are given back untouched. The updates (after - before) and the logged figures are
+compared. What cannot agree exactly is said and not checked: random numbers drawn in training
+(Dropout's masks), BatchNormalization's per-replica statistics, several workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+ROWS_PER_REPLICA = 8  # the rows each replica steps on: enough to sum, little to hold twice
+UPDATE_TOLERANCE = 1e-3  # of the largest update: float32 sums taken in another order
+LOGGED_TOLERANCE = 1e-4
+
+
+@dataclasses.dataclass(frozen=True)
+class Proof:
+    """What the comparison found: ``status`` is "agree", "differ" or "not checked"."""
+
+    status: str
+    sentence: str
+    replicas: int = 0
+    worst_update_error: float | None = None
+    update_ratio: float | None = None  # size of the replicas' update / one device's
+    logged: dict[str, tuple[float, float]] = dataclasses.field(default_factory=dict)  # name -> (N, 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+_PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (strategy, compiled state)
+
+
+def proved(model: Any, strategy: Any) -> bool:
+    """Whether ``model`` was compared on ``strategy`` in its compiled state already (a script
+    calling ``fit`` once per epoch pays for the comparison once)."""
+    from tfgpu.train import execution
+
+    entry = _PROVED.get(model)
+    return (
+        entry is not None
+        and entry[0] is strategy
+        and execution.same_state(entry[1], execution.compiled_state(model))
+    )
+
+
+def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "the first batch") -> Proof:
+    """Compare one step of ``model`` on ``strategy``'s replicas and on one device, from the same
+    state, on the rows of ``batch()`` (one distributed batch, described by ``rows``); leaves every
+    variable as it was."""
+    replicas = strategy.num_replicas_in_sync
+    reason = _not_checkable(model, strategy)
+    if reason:
+        return Proof("not checked", f"not checked: {reason}", replicas)
+    import tensorflow as tf
+
+    variables = _variables(model)
+    before = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
+    try:
+        local, whole = _rows(strategy, batch())
+        logged_n = _step(strategy, model, local)
+        after_n = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
+        _assign(variables, before)
+        one = tf.distribute.OneDeviceStrategy(_first_device(strategy))
+        with _lent_to(model, variables, one, values=before):
+            logged_1 = _step(one, model, whole)
+            after_1 = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
+    except tf.errors.ResourceExhaustedError:
+        _assign(variables, before)
+        return Proof(
+            "not checked", "not checked: one device could not hold the step on the whole batch", replicas
+        )
+    except Exception as error:  # the check must never stop a run that would train: said, and skipped
+        _assign(variables, before)
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        log.warning(
+            "tfgpu could not compare the replicas' first step with one device's: %s: %s",
+            type(error).__name__,
+            first,
+        )
+        return Proof(
+            "not checked", f"not checked: the comparison failed ({type(error).__name__}: {first})", replicas
+        )
+    finally:
+        for metric in model.metrics:
+            metric.reset_state()
+    _assign(variables, before)
+    from tfgpu.train import execution
+
+    _PROVED[model] = (strategy, execution.compiled_state(model))
+    trained = [i for i, v in enumerate(variables) if v.trainable]
+    found = _compare(variables, trained, before, after_n, after_1, logged_n, logged_1, replicas)
+    return dataclasses.replace(found, sentence=found.sentence.replace("the first batch", rows))
+
+
+def zeros(strategy: Any, spec: Any) -> Any:
+    """A distributed batch of zeros shaped like ``spec`` (one replica's element spec; an unknown
+    batch dimension is ``ROWS_PER_REPLICA``, any other unknown one 1): what the comparison steps
+    on when reading the user's dataset again would move it (a reshuffling dataset's next
+    iterator reads its next order; a generator gives each batch once)."""
+    import tensorflow as tf
+
+    def leaf(s: Any) -> Any:
+        if s is None:
+            return None
+        shape = [d if d is not None else (ROWS_PER_REPLICA if i == 0 else 1) for i, d in enumerate(s.shape)]
+        return tf.fill(shape, "") if s.dtype == tf.string else tf.zeros(shape, s.dtype)
+
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.nest.map_structure(leaf, spec)
+    )
+
+
+def _not_checkable(model: Any, strategy: Any) -> str | None:
+    from tfgpu import distribute
+
+    if distribute.is_parameter_server(strategy) or distribute.spans_workers(strategy):
+        return "several workers (the comparison runs within one process)"
+    if getattr(model, "optimizer", None) is None:
+        return "the model has no optimizer"
+    if any("seed_generator" in v.path for v in model.variables):
+        return "the model draws random numbers in training (Dropout's masks differ per replica)"
+    batch_norm = [
+        layer.name
+        for layer in model._flatten_layers()
+        if type(layer).__name__ == "BatchNormalization" and not getattr(layer, "synchronized", False)
+    ]
+    if batch_norm:
+        return f"BatchNormalization ({batch_norm[0]}) takes its statistics per replica"
+    return None
+
+
+def _variables(model: Any) -> list[Any]:
+    """Every Keras variable the step reads or writes: weights, statistics, the optimizer's."""
+    found: dict[int, Any] = {}
+    optimizer = model.optimizer
+    for variable in [*model.variables, *getattr(optimizer, "variables", []), *model.metrics_variables]:
+        found.setdefault(id(variable), variable)
+    return list(found.values())
+
+
+def _first_device(strategy: Any) -> str:
+    return strategy.extended.worker_devices[0]
+
+
+def _rows(strategy: Any, batch: Any) -> tuple[Any, Any]:
+    """(each replica's first rows, as a distributed value; the same rows in one batch)."""
+    import tensorflow as tf
+
+    def first(leaf: Any, replica: int) -> Any:
+        return None if leaf is None else strategy.experimental_local_results(leaf)[replica][:ROWS_PER_REPLICA]
+
+    local = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.nest.map_structure(lambda leaf: first(leaf, ctx.replica_id_in_sync_group), batch)
+    )
+    replicas = len(strategy.extended.worker_devices)
+    whole = tf.nest.map_structure(
+        lambda leaf: None if leaf is None else tf.concat([first(leaf, r) for r in range(replicas)], 0), batch
+    )
+    return local, whole
+
+
+def _step(strategy: Any, model: Any, batch: Any) -> dict[str, float]:
+    """Run the model's ``train_step`` once, as the loop runs it; its metrics' results after."""
+
+    from tfgpu.train import losses
+
+    for metric in model.metrics:
+        metric.reset_state()
+
+    # eagerly: one step, traced for nothing (TensorFlow warns of a tf.function made per call)
+    with losses.scaled_scalar_losses():
+        strategy.run(model.train_step, args=(batch,))
+    logged = {}
+    for metric in model.metrics:
+        result = metric.result()
+        results = result if isinstance(result, dict) else {metric.name: result}
+        for name, value in results.items():
+            array = np.asarray(value)
+            if array.size == 1:
+                logged[name] = float(array)
+    return logged
+
+
+def _assign(variables: list[Any], values: list[np.ndarray]) -> None:
+    for variable, value in zip(variables, values, strict=True):
+        variable._value.assign(value)
+
+
+@contextlib.contextmanager
+def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np.ndarray]) -> Iterator[None]:
+    """The model's variables on ``strategy`` for a while, holding ``values``; the originals
+    back after, untouched."""
+    import tensorflow as tf
+
+    from tfgpu.train.model import _optimizer_keys, _rekey_optimizer
+
+    optimizer = model.optimizer
+    inners = [o for o in (optimizer, getattr(optimizer, "inner_optimizer", None)) if o is not None]
+    kept_strategies = [getattr(o, "_distribution_strategy", None) for o in inners]
+    model_strategy = getattr(model, "_distribute_strategy", None)
+    originals = [v._value for v in variables]
+    keyed = _optimizer_keys(optimizer, variables)
+    with strategy.scope():
+        for variable, original, value in zip(variables, originals, values, strict=True):
+            flag, variable._trainable = variable._trainable, original.trainable
+            try:
+                variable._initialize(tf.constant(value))
+            finally:
+                variable._trainable = flag
+    _rekey_optimizer(keyed)
+    model._distribute_strategy = strategy
+    for inner in inners:
+        if hasattr(inner, "_distribution_strategy"):
+            inner._distribution_strategy = strategy
+    try:
+        yield
+    finally:
+        keyed = _optimizer_keys(optimizer, variables)
+        for variable, value in zip(variables, originals, strict=True):
+            variable._value = value
+        _rekey_optimizer(keyed)
+        model._distribute_strategy = model_strategy
+        for inner, kept in zip(inners, kept_strategies, strict=True):
+            if hasattr(inner, "_distribution_strategy"):
+                inner._distribution_strategy = kept
+
+
+def _compare(
+    variables: list[Any],
+    trained: list[int],
+    before: list[np.ndarray],
+    after_n: list[np.ndarray],
+    after_1: list[np.ndarray],
+    logged_n: dict[str, float],
+    logged_1: dict[str, float],
+    replicas: int,
+) -> Proof:
+    errors, norm_n, norm_1 = {}, 0.0, 0.0
+    for i in trained:
+        update_n, update_1 = after_n[i] - before[i], after_1[i] - before[i]
+        scale = max(float(np.abs(update_1).max(initial=0.0)), float(np.abs(update_n).max(initial=0.0)), 1e-12)
+        errors[variables[i].path] = float(np.abs(update_n - update_1).max(initial=0.0)) / scale
+        norm_n += float(np.sum(np.square(update_n, dtype=np.float64)))
+        norm_1 += float(np.sum(np.square(update_1, dtype=np.float64)))
+    worst = max(errors.values(), default=0.0)
+    ratio = float(np.sqrt(norm_n / norm_1)) if norm_1 > 0 else None
+    logged = {k: (logged_n[k], logged_1[k]) for k in logged_n if k in logged_1}
+    off = {k: v for k, v in logged.items() if abs(v[0] - v[1]) > LOGGED_TOLERANCE * max(abs(v[1]), 1e-6)}
+    if worst <= UPDATE_TOLERANCE and not off:
+        return Proof(
+            "agree",
+            f"{replicas} replicas = 1 device on the first batch (updates within {worst:.1e} of the "
+            f"largest, {len(logged)} logged figures equal)",
+            replicas,
+            worst,
+            ratio,
+            logged,
+        )
+    return Proof("differ", _why(errors, ratio, off, replicas), replicas, worst, ratio, logged)
+
+
+def _why(
+    errors: dict[str, float], ratio: float | None, off: dict[str, tuple[float, float]], replicas: int
+) -> str:
+    """The disagreement, its figures and its likely cause, in one message."""
+    worst = max(errors, key=errors.get) if errors else None
+    figures = []
+    if ratio is not None:
+        figures.append(f"the replicas' update is {ratio:.3g}x one device's")
+    if worst is not None and errors[worst] > UPDATE_TOLERANCE:
+        figures.append(f"{worst} differs by {errors[worst]:.2g} of its update")
+    figures += [
+        f"logged {k} {n:.6g} on {replicas} replicas, {o:.6g} on one device" for k, (n, o) in off.items()
+    ]
+    if ratio is not None and abs(ratio - replicas) < 0.1 * replicas:
+        cause = (
+            f"the gradients were summed over the {replicas} replicas instead of averaged: a loss "
+            "computed in your own train_step that is a mean over the replica's rows (divide the "
+            "per-example losses by the global batch, e.g. tf.nn.compute_average_loss, or use "
+            "model.compute_loss, which Keras scales)"
+        )
+    elif ratio is not None and abs(ratio * replicas - 1) < 0.1:
+        cause = f"the loss was divided by the {replicas} replicas twice (scaled by you and by Keras)"
+    else:
+        cause = (
+            "a loss or metric over the rows of the whole batch together (pairs, a contrastive or "
+            "ranking loss: each replica sees only its part), random numbers drawn in your "
+            "train_step, or a loss scaled by the local batch"
+        )
+    return (
+        f"{replicas} replicas do not train as one device on the first batch: {'; '.join(figures)}. "
+        f"Likely cause: {cause}. Pass prove=False (tfgpu train --no-prove) to skip this check"
+    )
