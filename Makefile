@@ -49,7 +49,7 @@ lint: $(STAMP)
 test: test-main test-estimator test-wheel
 
 test-main: lint
-	$(BIN)/python -m pytest -q --durations=25
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25
 
 # the fast lane, for each edit: no test that starts a process, reads a clock or trains a real model for
 # seconds (markers in pyproject.toml); make test runs them all

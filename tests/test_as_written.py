@@ -405,3 +405,19 @@ def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
         once = small()
     tfgpu.fit(once, x, y, **FIT)
     assert tfgpu.fit(once, x, y, **FIT).train_result.proof is None  # proved once per compiled state
+
+
+def test_a_proved_model_checkpoints_and_resumes(tmp_path, clean_choices):
+    """The proof lends the optimizer's variables and gives them back, re-keying its index dict:
+    through ``pop`` that passed TensorFlow's wrapper of the dict by, and the next checkpoint save
+    failed ("Unable to save the object {...} (a dictionary wrapper ...)", found by running
+    README.md's fit block)."""
+    x, y = regression()
+    for data in ((x, y), (tf.data.Dataset.from_tensor_slices((x, y)).batch(48),)):
+        with local_strategy(2).scope():
+            model = small("mse")
+            model.compile(optimizer="adam", loss="mse", metrics=[keras.metrics.AUC()])
+        fit = {**FIT, "batch_size": None} if len(data) == 1 else FIT
+        history = tfgpu.fit(model, *data, checkpoint_dir=str(tmp_path / str(len(data))), **fit)
+        assert history.train_result.proof["status"] == "agree"
+        assert history.train_result.final_checkpoint

@@ -253,3 +253,26 @@ def test_train_on_an_80_column_terminal_shows_tfgpus_lines_whole(tmp_path):
     orphans = [line for line in seen.lines if line.strip().replace(".", "").isdigit()]
     assert orphans == [], seen.lines  # a value wrapped away from its name
     assert any(line.startswith("trained ") for line in seen.lines)
+
+
+def test_a_tensorflow_error_of_several_replicas_says_what_failed_and_where():
+    """Issue 43 item 7: `tfgpu train` reported only TensorFlow's last line, "0 derived errors
+    ignored"; and find_batch_size's C++ log left its node context line on stderr (issue 44)."""
+    import tensorflow as tf
+
+    from tfgpu import quiet, usercode
+
+    text = (
+        "Graph execution error:\n\nDetected at node while/body/_10/while/replica_1/sequential_1/dense_1/BiasAdd"
+        ' defined at (most recent call last):\n  File "x.py", line 3\n2 root error(s) found.\n'
+        "  (0) INVALID_ARGUMENT:  Matrix size-incompatible: In[0]: [0,3], In[1]: [8,2]\n"
+        "\t [[{{node while/body/_10/while/replica_1/sequential_1/dense_1/MatMul}}]]\n"
+        "  (1) INVALID_ARGUMENT:  Matrix size-incompatible: In[0]: [0,3], In[1]: [8,2]\n"
+        "0 derived errors ignored. [Op:__inference_execute_1796]"
+    )
+    assert usercode.one_line(tf.errors.InvalidArgumentError(None, None, text)) == (
+        "InvalidArgumentError: Matrix size-incompatible: In[0]: [0,3], In[1]: [8,2] "
+        "(at replica_1/sequential_1/dense_1)"
+    )
+    assert quiet.is_noise("\t [[{{node MultiDeviceIteratorGetNextFromShard}}]]")
+    assert not quiet.is_noise("[[ a line of the user's own ]]")

@@ -634,7 +634,7 @@ def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
             "--knobs",
             "steps_per_execution",
             "--budget",
-            "2",
+            "6",  # room for a trial on a loaded machine (2 s tried none once); decided trials stop early
             "--out",
             str(out),
             *extra,

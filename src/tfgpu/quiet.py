@@ -25,6 +25,7 @@ NOISE = re.compile(
     r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWE] (?:tensorflow|external|xla)/"  # older TensorFlow
     r"|To enable the following instructions: .*rebuild TensorFlow"
     r"|(?:W|WARNING):(?:tensorflow|absl):"  # Python-side TensorFlow and absl warnings
+    r"|\s*\[\[\{\{node [^}]*\}\}\]\]\s*$"  # a C++ log line's node context, on a line of its own
     r")"
 )
 

@@ -61,11 +61,25 @@ def one_line(exc: BaseException) -> str:
 _PREAMBLE = ("[[", "Detected at", "<stack", "Graph execution error", "File ")
 
 
+_COUNTS = re.compile(r"^\d+ (root error\(s\) found|derived errors ignored)\.?")
+_ROOT = re.compile(r"^\(\d+\)\s+[A-Z_]+:\s*")
+
+
 def _tensorflow_reason(text: str) -> str:
-    """The cause in a TensorFlow runtime error: its last line that is not stack or node context."""
+    """The cause in a TensorFlow runtime error: its last line that is not stack or node context,
+    nor a count of errors (several replicas' errors end in "0 derived errors ignored", which was
+    all a user saw of "Matrix size-incompatible: In[0]: [0,3]"), with the node it ran at."""
     lines = [line.strip() for line in text.splitlines()]
-    reasons = [line for line in lines if line and not line.startswith(_PREAMBLE)] or lines or [""]
-    reason = re.sub(r"\s*(\[\[.*?\]\]|\[Op:[^\]]*\])", "", reasons[-1]).strip()
+    reasons = (
+        [line for line in lines if line and not line.startswith(_PREAMBLE) and not _COUNTS.match(line)]
+        or lines
+        or [""]
+    )
+    reason = re.sub(r"\s*(\[\[.*?\]\]|\[Op:[^\]]*\])", "", _ROOT.sub("", reasons[-1])).strip()
+    node = next((line for line in lines if line.startswith("Detected at node ")), None)
+    if node and reason:
+        where = re.sub(r"^(?:while/body/_\d+/)?(?:while/)?", "", node.split()[3])
+        reason = f"{reason} (at {where.rsplit('/', 1)[0]})"
     match = re.match(
         r"Error in user-defined function passed to (\w+?)(?:Dataset)?:\d+ transformation with iterator: \S+: (.*)",
         reason,

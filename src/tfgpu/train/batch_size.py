@@ -16,9 +16,12 @@ def _trial(task: Task, strategy: Any) -> Callable[[int], bool]:
 
     def fits(batch: int) -> bool:
         try:
-            Trainer(dataclasses.replace(task, batch_size=batch), strategy=strategy, monitor_gpus=False).fit(
-                steps=2
-            )
+            Trainer(
+                dataclasses.replace(task, batch_size=batch),
+                strategy=strategy,
+                monitor_gpus=False,
+                prove=False,
+            ).fit(steps=2)
         except OutOfMemoryError:
             return False
         return True

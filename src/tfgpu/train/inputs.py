@@ -167,6 +167,11 @@ class Input:
                 with tf.device("/cpu:0"):
                     self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
 
+    @property
+    def arrays_given(self) -> bool:
+        """The data came as arrays: tfgpu batches them itself, from tensors held in memory."""
+        return self._arrays_given
+
     def iterator(self, epoch: int, step: int = 0) -> tuple[Any, int]:
         """An iterator for ``epoch`` and the batches to skip in it to reach ``step``."""
         if self.steps_per_epoch is not None:  # one iterator over the epochs, from ``epoch`` on

@@ -382,7 +382,9 @@ class Trainer:
                     batch_size=batch // int(strategy.num_replicas_in_sync),
                     callbacks=(),
                 )
-                self._trials[key] = Trainer(task, strategy=strategy, options=TrainOptions(monitor_gpus=False))
+                self._trials[key] = Trainer(
+                    task, strategy=strategy, options=TrainOptions(monitor_gpus=False, prove=False)
+                )
         return self._trials[key]
 
     def _trial_model(self, devices: int, policy: str | None) -> tuple[Any, Any]:
@@ -633,15 +635,16 @@ class Trainer:
         if proof.proved(self.model, self.strategy):
             return None
         source = self._inputs["train"]
-        if source.is_dataset:  # the user's object: another iterator would move its shuffle, or a generator
+        if source.arrays_given:  # tfgpu's own pipeline over tensors in memory: read again from its start
+            found = proof.prove(self.model, self.strategy, lambda: next(source.trial_iterator(None)))
+        else:  # reading the user's data again would move a shuffle, consume a generator, call a data
+            # function once more or read files: zeros of its shape test the scaling as well
             found = proof.prove(
                 self.model,
                 self.strategy,
                 lambda: proof.zeros(self.strategy, source.spec()),
-                rows="a batch of zeros shaped like the dataset's (reading it once more would move its shuffle order)",
+                rows="a batch of zeros shaped like the data's",
             )
-        else:  # made by tfgpu from arrays, a directory or a data function: read again from its start
-            found = proof.prove(self.model, self.strategy, lambda: next(source.trial_iterator(None)))
         (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
         return found
 
@@ -717,7 +720,7 @@ class Trainer:
             stats = self._dispatch(execute, iterator, limit)
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
-            taken = limit if self._inputs["train"]._arrays_given else int(stats["steps"])
+            taken = limit if self._inputs["train"].arrays_given else int(stats["steps"])
             warm_up = None if self._warm else time.perf_counter() - called
             if taken:
                 window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)

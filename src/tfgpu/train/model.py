@@ -221,9 +221,16 @@ def _optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]
 
 
 def _rekey_optimizer(keyed: list[tuple[Any, Any, Any]]) -> None:
+    """Through the dict's own ``del`` and item assignment: TensorFlow wraps an attribute's dict to
+    checkpoint it, and a ``pop`` passes the wrapper by, so the next save of the optimizer failed
+    ("Unable to save the object {...} (a dictionary wrapper ...)": fit with checkpoint_dir)."""
     for inner, variable, old in keyed:
         indices = inner._trainable_variables_indices
-        indices[inner._var_key(variable)] = indices.pop(old)
+        new = inner._var_key(variable)
+        if new != old:
+            value = indices[old]
+            del indices[old]
+            indices[new] = value
 
 
 def recreate(model: Any, strategy: Any) -> Any:
