@@ -77,20 +77,23 @@ def clean_choices():
     choices.clear()
 
 
+def cli_environ(env: dict[str, str] | None = None, *, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment for a tfgpu command, without its TFGPU_* settings (and ``drop``),
+    with ``env`` on top."""
+    kept = {k: v for k, v in os.environ.items() if not k.startswith("TFGPU_") and k not in drop}
+    return {**kept, **(env or {})}
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: str | None = None
 ) -> subprocess.CompletedProcess:
     """Run the tfgpu command as a user would, in a fresh process."""
-    full_env = {**os.environ, **(env or {})}
-    for name in list(full_env):
-        if name.startswith("TFGPU_") and name not in (env or {}):
-            del full_env[name]
     return subprocess.run(
         [sys.executable, "-m", "tfgpu.cli", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=full_env,
+        env=cli_environ(env),
         check=False,
         cwd=cwd,
     )

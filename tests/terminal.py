@@ -21,6 +21,8 @@ import time
 
 import pyte
 
+from conftest import cli_environ
+
 
 @dataclasses.dataclass
 class Seen:
@@ -50,8 +52,7 @@ def on_terminal(
     """Run ``tfgpu ARGS`` on a pty; ``timeout`` is a ceiling only a hang reaches."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("TFGPU_") and k != "COLUMNS"}
-    full_env.update(env or {}, TERM="xterm-256color")
+    full_env = cli_environ({**(env or {}), "TERM": "xterm-256color"}, drop=("COLUMNS",))
     started = time.monotonic()
     process = subprocess.Popen(
         [sys.executable, "-m", "tfgpu.cli", *args],

@@ -91,6 +91,11 @@ class Manifest:
     def total_rows(self) -> int:
         return sum(s.rows for s in self.shards)
 
+    @property
+    def known_rows(self) -> int:
+        """The rows, or -1 when a shard's count is unknown."""
+        return self.total_rows if all(s.rows >= 0 for s in self.shards) else -1
+
     def files(self) -> list[str]:
         base = self.directory or Path(".")
         return [str(base / s.file) for s in self.shards]

@@ -270,7 +270,7 @@ def layout(manifest: Manifest, files: list[str], input_context: Any) -> Layout:
     pipeline_id = getattr(input_context, "input_pipeline_id", 0)
     counts = [s.rows for s in manifest.shards]
     by_file = pipelines > 1 and (len(files) >= 2 * pipelines or len(files) % pipelines == 0)
-    rows = sum(counts) if all(c >= 0 for c in counts) else -1
+    rows = manifest.known_rows
     if rows >= 0 and pipelines > 1:
         rows = sum(counts[pipeline_id::pipelines]) if by_file else len(range(pipeline_id, rows, pipelines))
     return Layout(

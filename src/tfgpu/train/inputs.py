@@ -77,14 +77,6 @@ def array_rows(source: Any) -> int:
     return next(iter(counts.values()))
 
 
-def manifest_rows(source: str | os.PathLike) -> int:
-    """A converted dataset's rows, from its manifest (-1 where a shard's count is unknown)."""
-    from tfgpu.data import manifest
-
-    shards = manifest.load(source).shards
-    return sum(s.rows for s in shards) if all(s.rows >= 0 for s in shards) else -1
-
-
 def _refuse_fewer_rows_than_a_batch(rows: int, global_batch: int) -> None:
     """Training takes whole global batches: fewer rows than one would train nothing."""
     if 0 <= rows < global_batch:
@@ -152,7 +144,9 @@ class Input:
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
         self._arrays_given = is_arrays(source)
         if training and isinstance(source, (str, os.PathLike)):
-            _refuse_fewer_rows_than_a_batch(manifest_rows(source), global_batch)
+            from tfgpu import data
+
+            _refuse_fewer_rows_than_a_batch(data.load(source).known_rows, global_batch)
         if self._arrays_given:
             if self._weigh is not None:
                 source = self._weigh(*source)

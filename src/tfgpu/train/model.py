@@ -177,14 +177,7 @@ def rehome(model: Any, strategy: Any) -> Any:
             moved += 1
             summed = variable.synchronization == "on_read" and variable.aggregation == "sum"
             value = tf.convert_to_tensor(variable._value)
-            # the new tf.Variable is as watchable as the old: a layer frozen now and unfrozen later
-            # (the transfer-learning guide) must train then, and a tape watches only variables
-            # made trainable; Keras's own flag stays as it is
-            flag, variable._trainable = variable._trainable, variable._value.trainable
-            try:
-                variable._initialize(tf.zeros_like(value) if summed else value)
-            finally:
-                variable._trainable = flag
+            back(variable, tf.zeros_like(value) if summed else value)
     model._distribute_strategy = strategy
     _rekey_optimizer(keyed)
     if moved:  # a compiled step captured the old variables: it would update those, not these
@@ -192,9 +185,8 @@ def rehome(model: Any, strategy: Any) -> Any:
 
         execution.forget(model)
     if optimizer is not None and optimizer.built:
-        for inner in (optimizer, getattr(optimizer, "inner_optimizer", None)):
-            if inner is not None and hasattr(inner, "_distribution_strategy"):
-                inner._distribution_strategy = strategy
+        for inner in optimizers_of(optimizer):
+            inner._distribution_strategy = strategy
     _REHOMED.add(model)
     choices.record(
         "model",
@@ -202,6 +194,24 @@ def rehome(model: Any, strategy: Any) -> Any:
         "it was created outside it; trained in place",
     )
     return model
+
+
+def back(variable: Any, value: Any) -> None:
+    """Give a Keras variable a new backing ``tf.Variable`` holding ``value``, made in the current
+    strategy's scope. The new one is as watchable as the old: a layer frozen now and unfrozen
+    later (the transfer-learning guide) must train then, and a tape watches only variables made
+    trainable; Keras's own flag stays as it is."""
+    flag, variable._trainable = variable._trainable, variable._value.trainable
+    try:
+        variable._initialize(value)
+    finally:
+        variable._trainable = flag
+
+
+def optimizers_of(optimizer: Any) -> list[Any]:
+    """The optimizer and the one it wraps (a LossScaleOptimizer's), those that keep a strategy."""
+    found = (optimizer, getattr(optimizer, "inner_optimizer", None))
+    return [o for o in found if o is not None and hasattr(o, "_distribution_strategy")]
 
 
 def _optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]]:

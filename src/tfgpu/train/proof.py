@@ -226,26 +226,21 @@ def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np
     back after, untouched."""
     import tensorflow as tf
 
-    from tfgpu.train.model import _optimizer_keys, _rekey_optimizer
+    from tfgpu.train.model import _optimizer_keys, _rekey_optimizer, back, optimizers_of
 
     optimizer = model.optimizer
-    inners = [o for o in (optimizer, getattr(optimizer, "inner_optimizer", None)) if o is not None]
-    kept_strategies = [getattr(o, "_distribution_strategy", None) for o in inners]
+    inners = optimizers_of(optimizer)
+    kept_strategies = [o._distribution_strategy for o in inners]
     model_strategy = getattr(model, "_distribute_strategy", None)
     originals = [v._value for v in variables]
     keyed = _optimizer_keys(optimizer, variables)
     with strategy.scope():
-        for variable, original, value in zip(variables, originals, values, strict=True):
-            flag, variable._trainable = variable._trainable, original.trainable
-            try:
-                variable._initialize(tf.constant(value))
-            finally:
-                variable._trainable = flag
+        for variable, value in zip(variables, values, strict=True):
+            back(variable, tf.constant(value))
     _rekey_optimizer(keyed)
     model._distribute_strategy = strategy
     for inner in inners:
-        if hasattr(inner, "_distribution_strategy"):
-            inner._distribution_strategy = strategy
+        inner._distribution_strategy = strategy
     try:
         yield
     finally:
@@ -255,8 +250,7 @@ def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np
         _rekey_optimizer(keyed)
         model._distribute_strategy = model_strategy
         for inner, kept in zip(inners, kept_strategies, strict=True):
-            if hasattr(inner, "_distribution_strategy"):
-                inner._distribution_strategy = kept
+            inner._distribution_strategy = kept
 
 
 def _compare(
