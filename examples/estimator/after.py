@@ -13,7 +13,7 @@ from pathlib import Path
 import tfgpu
 
 sys.path.insert(0, str(Path(__file__).parent))
-from data import arrays
+from toy_data import arrays
 
 BATCH = 64  # the Estimator's batch: one replica's batch here, as under its MirroredStrategy
 

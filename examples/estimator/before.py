@@ -14,7 +14,7 @@ from pathlib import Path
 import tensorflow as tf
 
 sys.path.insert(0, str(Path(__file__).parent))
-from data import arrays
+from toy_data import arrays
 
 from tfgpu import estimator
 
