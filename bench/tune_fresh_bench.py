@@ -58,10 +58,10 @@ def child(cpu: int) -> dict:
 
     probe = compiled()
     trainer = trainer_for(probe, (x, y), BATCH)
-    source = trainer._inputs["train"]
+    source = trainer.setup.train
     bench = tuning.Bench(
         iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-        execution=lambda c: trainer._function("train", jit_compile=c.jit_compile),
+        execution=lambda c: trainer.setup.function("train", jit_compile=c.jit_compile),
         max_steps=lambda c: source.steps_per_epoch,
     )
     measure = tuning.Tuner(

@@ -1,6 +1,8 @@
 """Shapes of the source that lint does not hold: no statement after a return, raise, break or
-continue in the same block. (PredictOptions once checked its format after the ``return`` of
-another method, so ``fmt="csv"`` was accepted and failed later with a KeyError traceback.)"""
+continue in the same block (PredictOptions once checked its format after the ``return`` of
+another method, so ``fmt="csv"`` was accepted and failed later with a KeyError traceback); no
+class over ``MAX_METHODS`` methods; no method re-running its own ``__init__``; no module reading
+another's private names."""
 
 from __future__ import annotations
 
@@ -10,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from test_layering import is_module, library_modules
+
 SRC = Path(__file__).parent.parent / "src" / "tfgpu"
+MAX_METHODS = 25  # the Trainer had 40 (issue 45): a class that large holds several concerns
 ENDS = (ast.Return, ast.Raise, ast.Break, ast.Continue)
 
 
@@ -47,3 +52,88 @@ def test_an_unknown_output_format_is_refused_when_the_options_are_made():
 
     with pytest.raises(ConfigError, match=r"Unknown output format.*csv.*use one of"):
         PredictOptions(fmt="csv")
+
+
+def classes() -> list[tuple[str, ast.ClassDef]]:
+    return [
+        (f"{path.relative_to(SRC.parent).as_posix()}:{node.lineno} {node.name}", node)
+        for _, path in library_modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    ]
+
+
+def test_no_class_over_the_method_limit():
+    big = [
+        f"{where}: {n} methods"
+        for where, node in classes()
+        if (n := sum(isinstance(b, ast.FunctionDef | ast.AsyncFunctionDef) for b in node.body)) > MAX_METHODS
+    ]
+    assert not big, f"classes over {MAX_METHODS} methods (split them by concern):\n" + "\n".join(big)
+
+
+def test_nothing_re_runs_its_own_init():
+    """A method calling ``self.__init__`` resets every field ``__init__`` sets, silently (the
+    Trainer's tuning switch did, and restored three fields by hand)."""
+    found = [
+        f"{where}:{call.lineno}"
+        for where, node in classes()
+        for call in ast.walk(node)
+        if isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and call.func.attr == "__init__"
+        and isinstance(call.func.value, ast.Name)
+        and call.func.value.id == "self"
+    ]
+    assert not found, found
+
+
+def private_reads(source: str, module: str, *, is_package: bool = False) -> list[str]:
+    """``from tfgpu.x import _name`` and ``alias._name`` (alias a tfgpu module imported here):
+    another module's private names, read from ``module``."""
+    tree = ast.parse(source)
+    aliases: set[str] = set()
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tfgpu"):
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                if is_module(full):
+                    aliases.add(alias.asname or alias.name)
+                elif alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(f"{node.lineno}: from {node.module} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("tfgpu.") and alias.asname:
+                    aliases.add(alias.asname)
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_reads_another_modules_private_names():
+    found = [
+        f"{path.relative_to(SRC.parent).as_posix()}:{hit}"
+        for module, path in library_modules()
+        for hit in private_reads(path.read_text(), module, is_package=path.name == "__init__.py")
+    ]
+    assert not found, "private names read across modules (make them public, or move the code):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_private_reader_sees_both_forms():
+    source = (
+        "from tfgpu.train import model as m\nfrom tfgpu.train.model import _copy\nm._follow(1)\nm.back(1)\n"
+    )
+    assert private_reads(source, "tfgpu.train.loop") == [
+        "2: from tfgpu.train.model import _copy",
+        "3: m._follow",
+    ]

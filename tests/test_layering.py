@@ -249,3 +249,128 @@ def later():
         "tfgpu.report.runs",
         "tfgpu.fit",
     }
+
+
+# -- inside tfgpu.train ------------------------------------------------------------------------------
+# train/ is a third of the code: its modules are layered too, lowest first (names relative to
+# tfgpu.train). A module imports from its own layer or a lower one; the Trainer is a setup, a loop
+# over it and a tuning session, joined in ``trainer`` (issue 45).
+TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    # what a run is asked and told, and the small pieces every part uses
+    (
+        "pieces",
+        frozenset(
+            {
+                "accumulation",
+                "callbacks",
+                "checkpoints",
+                "layers",
+                "losses",
+                "model_cache",
+                "options",
+                "remat",
+                "task",
+                "timing",
+                "tuning.kept",  # a kept or saved tuning: read and checked where the options are
+                "tuning.options",
+                "tuning.result",
+                "windows",
+            }
+        ),
+    ),
+    # the user's model made ready, its inputs, its compiled step, its split and its proof
+    (
+        "model",
+        frozenset({"evaluation", "execution", "footprint", "inputs", "model", "proof", "split"}),
+    ),
+    ("setup", frozenset({"setup"})),
+    ("loop", frozenset({"loop", "ps_loop"})),
+    ("tuning", frozenset({"tuning", "tuning.session", "tuning.tuner"})),
+    ("trainer", frozenset({"trainer", "batch_size"})),
+    ("keras", frozenset({"keras_fit", "__init__"})),
+)
+
+
+def train_unit(dotted: str) -> str:
+    """``tfgpu.train.tuning.kept`` -> ``tuning.kept``; the package itself -> ``__init__``."""
+    rest = dotted.removeprefix("tfgpu.train").lstrip(".")
+    return rest or "__init__"
+
+
+def train_layer_of(name: str) -> int | None:
+    return next((i for i, (_, names) in enumerate(TRAIN_LAYERS) if name in names), None)
+
+
+def train_modules() -> list[tuple[str, Path]]:
+    return [(m, p) for m, p in library_modules() if m == "tfgpu.train" or m.startswith("tfgpu.train.")]
+
+
+def test_every_train_module_has_a_layer():
+    unplaced = sorted(train_unit(m) for m, _ in train_modules() if train_layer_of(train_unit(m)) is None)
+    assert not unplaced, f"train modules in no layer (place them in TRAIN_LAYERS): {unplaced}"
+
+
+def test_no_train_module_imports_a_higher_one():
+    found = []
+    for module, path in train_modules():
+        importer = train_layer_of(train_unit(module))
+        for line, target in tfgpu_imports(path.read_text(), module, is_package=path.name == "__init__.py"):
+            if not target.startswith("tfgpu.train."):
+                continue
+            imported = train_layer_of(train_unit(target))
+            if importer is not None and imported is not None and imported > importer:
+                found.append(
+                    f"{path.relative_to(SRC).as_posix()}:{line} imports {target} "
+                    f"({TRAIN_LAYERS[importer][0]} < {TRAIN_LAYERS[imported][0]})"
+                )
+    assert not found, "train layering leaks:\n" + "\n".join(found)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each library module -> the tfgpu modules it imports (at any depth of its code)."""
+    return {
+        module: {t for _, t in tfgpu_imports(path.read_text(), module, is_package=path.name == "__init__.py")}
+        for module, path in library_modules()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle():
+    assert not cycles(import_graph())
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

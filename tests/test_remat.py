@@ -140,14 +140,14 @@ def test_bad_remat_is_one_message():
 def test_the_traced_step_is_kept_between_calls():
     """The remat modes are part of what a step was traced against, compared by value: a new
     tuple each call must not drop the traced functions (it did: a retrace every call, 80x slower)."""
-    from tfgpu.train import execution
+    from tfgpu.train import model_cache
 
     x, y = data()
     ours = in_scope(local_strategy(1), model)
     tfgpu.fit(ours, x[:32], y[:32], batch_size=16, verbose=0)
-    functions = execution._COMPILED[ours][1]
+    functions = model_cache.functions(ours)
     tfgpu.fit(ours, x[:32], y[:32], batch_size=16, verbose=0)
-    assert execution._COMPILED[ours][1] is functions
+    assert model_cache.functions(ours) is functions
 
 
 @pytest.mark.heavy

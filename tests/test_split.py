@@ -44,9 +44,9 @@ def split_run(devices_per_replica: int) -> dict:
     history = tfgpu.fit(
         ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, devices_per_replica=devices_per_replica
     )
-    from tfgpu.train import split
+    from tfgpu.train import model_cache
 
-    placed = next(iter(split._PLACED[ours].values()))[1]
+    ((_, placed),) = [c for key, c in model_cache.copies(ours).items() if key[0] == "split"]
     return {
         "weights": ours.get_weights(),
         "history": history.history,
@@ -135,3 +135,57 @@ def test_a_split_under_several_workers_is_refused(monkeypatch):
     with pytest.raises(ConfigError, match="one worker's devices") as caught:
         tfgpu.fit(model(), x, y, devices_per_replica=3)
     assert caught.value.value == "2 tasks in TF_CONFIG" and "--gpus-per-proc" in caught.value.fix
+
+
+@pytest.mark.process
+@pytest.mark.heavy
+def test_tfgpu_train_with_remat_over_two_devices_per_replica_is_one_device(tmp_path):
+    """``tfgpu train --remat --devices-per-replica 2`` on 2 logical CPUs (one replica, its layers
+    split over both and recomputed in the backward pass) trains as one device does: the same
+    losses, epoch by epoch, and the same weights in the last checkpoint."""
+    import json
+    from pathlib import Path
+
+    from conftest import run_cli
+
+    tasks = str(Path(__file__).parent / "tasks.py")
+    runs = {}
+    for name, cpus, flags in (
+        ("one", "1", []),
+        ("split", "2", ["--remat", "--devices-per-replica", "2"]),
+    ):
+        result = run_cli(
+            "train",
+            f"{tasks}:make_task",
+            "--epochs",
+            "2",
+            "--json",
+            "--checkpoint-dir",
+            str(tmp_path / name),
+            *flags,
+            env={"TFGPU_LOGICAL_CPUS": cpus},
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs[name] = json.loads(result.stdout)
+    one, split = runs["one"], runs["split"]
+    assert split["choices"]["remat"]["value"] == "full"
+    assert split["choices"]["devices_per_replica"]["value"] == "2"
+    assert [e["loss"] for e in split["history"]] == pytest.approx(
+        [e["loss"] for e in one["history"]], rel=1e-5
+    )
+    weights = {name: _weights(tmp_path / name) for name in runs}
+    assert len(weights["one"]) == 4  # two Dense layers' kernels and biases
+    for a, b in zip(weights["one"], weights["split"], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def _weights(directory):
+    """The trained variables in a checkpoint (as the optimizer keys them), in order."""
+    import tensorflow as tf
+
+    names = sorted(
+        n
+        for n, _ in tf.train.list_variables(str(directory))
+        if n.startswith("optimizer/_trainable_variables/")
+    )
+    return [tf.train.load_variable(str(directory), n) for n in names]

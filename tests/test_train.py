@@ -160,7 +160,7 @@ def test_checkpoints_kept_and_resumed(tmp_path, single):
     kept = sorted(p.name for p in Path(directory).glob("ckpt-*.index"))
     assert kept == ["ckpt-6.index", "ckpt-7.index"]
     resumed = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=directory)
-    assert resumed.resumed_from.endswith("ckpt-7") and int(resumed.step.read_value()) == 7
+    assert resumed.resumed_from.endswith("ckpt-7") and resumed.loop.counters.step == 7
     resumed.fit(steps=STEPS)
     assert_same_weights(resumed.model.get_weights(), single["weights"])
 
@@ -168,13 +168,12 @@ def test_checkpoints_kept_and_resumed(tmp_path, single):
 def test_out_of_memory_names_the_batch_size(monkeypatch):
     trainer = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False)
 
-    def explode(jit_compile):
-        def run(iterator, limit):
-            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
+    def explode(iterator, limit):
+        raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-        return run
+    from tfgpu.train import model_cache
 
-    monkeypatch.setattr(trainer, "_execution", explode)
+    monkeypatch.setattr(model_cache, "function", lambda model, key, make: explode)
     with pytest.raises(tfgpu.train.OutOfMemoryError) as info:
         trainer.fit(steps=2)
     assert "12 examples per replica (global batch 24)" in info.value.message
@@ -351,9 +350,9 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
     # stopped mid-epoch and continued: the same iterator goes on, the same run
     split = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
     split.fit(steps=5)
-    live = split._inputs["train"]._live[0]
+    live = split.setup.train._live[0]
     split.fit(steps=2 * (1001 // GLOBAL))
-    assert split._inputs["train"]._live[0] is live
+    assert split.setup.train._live[0] is live
     assert_same_weights(split.model.get_weights(), reference.model.get_weights())
     # killed after epoch 1 and resumed: the epoch-seeded order makes it the same run
     first = tfgpu.Trainer(
@@ -412,6 +411,44 @@ def test_bad_arrays_and_options():
         tfgpu.Trainer(make_task(), strategy=strategy(1), log_every=0)
 
 
+def test_one_options_tree_from_flat_keywords():
+    """TrainOptions.of: every field flat, the placement's and the tuning's budget included, each
+    checked once; None for a field with a default is "not given" (an unset CLI flag)."""
+    from tfgpu.train import Placement, TrainOptions
+
+    options = TrainOptions.of(
+        remat=True, devices_per_replica=2, tune=True, tune_budget_s=5, keep_checkpoints=None
+    )
+    assert options.placement == Placement(remat="full", devices_per_replica=2)
+    assert options.tune.budget_s == 5 and options.keep_checkpoints == 3
+    assert TrainOptions.of(options, micro_batches=4).placement == Placement("full", 2, 4)
+    assert options.tuned(steps_per_execution=256, jit_compile=True).log_every == 256
+    with pytest.raises(ConfigError, match="remat must be") as info:
+        TrainOptions.of(remat="some")
+    assert info.value.value == "some"
+    with pytest.raises(ConfigError, match="devices_per_replica must be a whole number"):
+        TrainOptions.of(devices_per_replica=0)
+    with pytest.raises(ConfigError, match=r"Unknown tfgpu\.fit keyword"):
+        TrainOptions.of(what="tfgpu.fit keyword", remats=True)
+    with pytest.raises(ConfigError, match="tune_budget_s needs tune=True"):
+        TrainOptions.of(tune_budget_s=5)
+
+
+@pytest.mark.heavy
+def test_a_trainer_takes_remat_and_a_split_as_keywords():
+    """Trainer(task, remat=True, devices_per_replica=3): one replica over this process's 3
+    logical CPUs, recomputed in the backward pass, trains to one device's weights."""
+    one = tfgpu.Trainer(make_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
+    one.fit(epochs=1)
+    split = tfgpu.Trainer(make_task(GLOBAL), monitor_gpus=False, remat=True, devices_per_replica=3)
+    assert split.replicas == 1 and split.model is not one.model
+    split.fit(epochs=1)
+    assert_same_weights(split.model.get_weights(), one.model.get_weights())
+    assert tfgpu.choices.as_dict()["remat"]["value"] == "full"
+    with pytest.raises(ConfigError, match="chooses the strategy"):
+        tfgpu.Trainer(make_task(GLOBAL), strategy=strategy(1), devices_per_replica=3)
+
+
 def test_non_finite_loss_is_named_with_its_step():
     from tasks import arrays
 
@@ -443,7 +480,7 @@ def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single,
     monkeypatch.setattr(distribute, "on_host_cpu", lambda devices: False)
     for chosen in (strategy(1), tf.distribute.get_strategy()):
         trainer = tfgpu.Trainer(make_task(GLOBAL), strategy=chosen, monitor_gpus=False)
-        assert not trainer._direct
+        assert not trainer.setup.direct
         trainer.fit(steps=STEPS)
         assert_same_weights(trainer.model.get_weights(), single["weights"])
         assert trainer.evaluate()["examples"] == 1001

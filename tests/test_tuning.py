@@ -530,7 +530,7 @@ def test_a_saved_choice_this_run_cannot_take_is_left_out_and_said(tmp_path):
     trainer = Trainer(task, strategy=local_strategy(1), tuning_file=path)
     assert trainer.options.steps_per_execution == 8 and trainer.global_batch == 16 and trainer.replicas == 1
     assert trainer.model.dtype_policy.name == "float32"
-    notes = " ".join(trainer._tuning.notes)
+    notes = " ".join(trainer.tuning.notes)
     assert "mixed_bfloat16 not used: no GPU with Tensor Cores" in notes, notes
     assert "batch 64 not used: the tf.data.Dataset is batched already" in notes, notes
     assert "one device" not in notes
@@ -791,7 +791,9 @@ def noisy_data():
 
 def forced(monkeypatch):
     """Every candidate wins its trials: what the run does with a choice, whatever this machine's clock says."""
-    monkeypatch.setattr(tuning, "decide", lambda ratios, gain=tuning.MIN_GAIN: True)
+    from tfgpu.train.tuning import tuner
+
+    monkeypatch.setattr(tuner, "decide", lambda ratios, gain=tuning.MIN_GAIN: True)
 
 
 @pytest.mark.heavy
@@ -819,10 +821,10 @@ def test_a_run_switched_to_mixed_precision_trains_a_copy_in_that_policy(tmp_path
     """tune=('precision',) where the policy may be tried (here bf16 on the CPU, by the test) and
     wins: the run trains a copy in mixed_bfloat16, its loss tracking float32's, and the user's
     float32 model gets the trained weights."""
-    from tfgpu.train.loop import Trainer
+    from tfgpu.train.setup import Setup
 
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(Trainer, "_precision_for", lambda self: ("mixed_bfloat16", None))
+    monkeypatch.setattr(Setup, "precision_for", lambda self: ("mixed_bfloat16", None))
     forced(monkeypatch)
     with said(caplog, "precision from float32 to mixed_bfloat16"):
         plain, tuned, history = untuned_and_tuned(1, ("precision",), noisy_data())

@@ -12,7 +12,7 @@ from tfgpu import quiet
 from tfgpu.cli import _common
 from tfgpu.data.options import PipelineOptions
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.train.options import DEFAULT_LOG_EVERY
+from tfgpu.train.options import DEFAULT_LOG_EVERY, REMAT_MODES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,8 +65,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="train with the configuration tfgpu tune measured and wrote to FILE, without measuring",
     )
+    p.add_argument(
+        "--remat",
+        nargs="?",
+        const="full",
+        choices=REMAT_MODES,
+        help="recompute activations in the backward pass instead of keeping them (full: every layer, "
+        "the default; activations: each activation function; largest: the layers with the largest outputs)",
+    )
+    p.add_argument(
+        "--devices-per-replica",
+        type=int,
+        metavar="K",
+        help="split each replica's layers over K of this process's devices (by their memory); "
+        "the groups of K train data parallel",
+    )
+    p.add_argument(
+        "--micro-batches",
+        type=int,
+        metavar="N",
+        help="run a split replica's batch in N pieces so its devices work at once (default 2K)",
+    )
     p.add_argument("--checkpoint-dir", help="save and resume checkpoints here")
     p.add_argument("--checkpoint-every", type=int, help="checkpoint every N steps (and at the end)")
+    p.add_argument(
+        "--keep-checkpoints", type=int, metavar="K", help="keep the last K checkpoints (default 3)"
+    )
     p.add_argument("--log-dir", help="TensorBoard scalars and the run record (tfgpu report LOG_DIR)")
     p.add_argument(
         "--data-service",
@@ -146,13 +170,6 @@ def tune_arg(text: str) -> str | tuple[str, ...]:
     return text if text == "all" else tuple(text.split(","))
 
 
-def tune_options(tune: Any, *, budget: float | None, batch_size: Any) -> Any:
-    """``--tune``, ``--tune-budget`` and ``--batch-size auto`` as ``tuning.TuneOptions``."""
-    from tfgpu.train.tuning import TuneOptions
-
-    return TuneOptions.from_arg(tune, budget, auto_batch=batch_size == "auto")
-
-
 def load_task(reference: str, *, batch_size: int | str | None = None) -> Any:
     """The Task that FILE_OR_MODULE:FUNCTION returns, with ``--batch-size`` applied (``auto``:
     the Task's own, the start of the tuning's doubling)."""
@@ -194,16 +211,22 @@ def run(args: argparse.Namespace) -> int:
         _watch_service(
             args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
         )
-    options = TrainOptions(
-        tune=tune_options(args.tune, budget=args.tune_budget, batch_size=args.batch_size),
+    options = TrainOptions.of(
+        tune=args.tune,
+        tune_budget_s=args.tune_budget,
+        auto_batch=args.batch_size == "auto",
         tuning_file=args.config,
         steps_per_execution=args.steps_per_execution,
         log_every=args.log_every,
         jit_compile=args.xla,
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
         log_dir=args.log_dir,
         prove=args.prove,
+        remat=args.remat,
+        devices_per_replica=args.devices_per_replica,
+        micro_batches=args.micro_batches,
     )
     trainer = Trainer(task, options=options, on_progress=_progress_printer(args.json))
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.cli import _common
-from tfgpu.cli.train import batch_size_arg, tune_arg, tune_options
+from tfgpu.cli.train import batch_size_arg, tune_arg
 from tfgpu.errors import ConfigError, InputError
 
 
@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             value=str(out),
             fix=f"pass --out {out / tuning.FILE}",
         )
-    asked = tune_options(args.knobs, budget=args.budget, batch_size=args.batch_size)
-    options = TrainOptions(tune=dataclasses.replace(asked, keep=False))
+    asked = tuning.TuneOptions.from_arg(args.knobs, args.budget, auto_batch=args.batch_size == "auto")
+    options = TrainOptions.of(tune=dataclasses.replace(asked, keep=False))  # the file is its record
     trainer = Trainer(_task(args), options=options)
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
     found = trainer.tune(epochs=epochs, steps=args.steps)

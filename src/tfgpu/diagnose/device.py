@@ -180,10 +180,10 @@ class ModelDevice:
 
     # -- the Trainer's execution ---------------------------------------------------------------
     def _execution(self) -> Any:
-        from tfgpu.train import execution
+        from tfgpu.train import execution, model_cache
 
         key = ("train", self.strategy, False)  # the Trainer's key: one trace for both
-        return execution.cached(
+        return model_cache.function(
             self.model, key, lambda: execution.train_execution(self.strategy, self.model, jit_compile=False)
         )
 

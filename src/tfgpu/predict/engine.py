@@ -258,6 +258,7 @@ def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tu
     devices per replica (``train.split``: the layers placed by memory, the batch in micro-batches)."""
     from tfgpu.predict.models import keras_predictor, load_keras_model
     from tfgpu.train import split
+    from tfgpu.train.options import Placement
 
     path = Path(model)
     if path.suffix != ".keras":
@@ -267,11 +268,12 @@ def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tu
             fix="save the model with model.save('model.keras'), or leave --devices-per-replica out",
         )
     loaded = load_keras_model(path)
+    placement = Placement(devices_per_replica=options.devices_per_replica)
     placed_strategy, placed = split.placed(
         loaded,
-        devices_per_replica=options.devices_per_replica,
+        devices_per_replica=placement.devices_per_replica or 1,
         strategy=strategy,
-        global_batch=options.batch_size,
+        batch=options.batch_size // split.replicas(placement, strategy=strategy),
     )
     return placed_strategy, keras_predictor(placed, name=path.name)
 

@@ -46,14 +46,10 @@ def predict_arrays(
 
     from tfgpu.train import split
     from tfgpu.train.evaluation import evaluation_strategy
+    from tfgpu.train.options import Placement
 
-    asked = split.placed_if_asked(
-        model,
-        devices_per_replica=devices_per_replica,
-        micro_batches=micro_batches,
-        strategy=strategy,
-        global_batch=batch_size or DEFAULT_BATCH,
-    )
+    placement = Placement(devices_per_replica=devices_per_replica, micro_batches=micro_batches)
+    asked = split.placed_for(model, placement, strategy=strategy, global_batch=batch_size or DEFAULT_BATCH)
     strategy, model = (evaluation_strategy(asked[0]), asked[1]) if asked else _strategy(model, strategy)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or _per_call(callbacks)
@@ -239,15 +235,15 @@ def _batches(tensors: Any, *, rows: int, global_batch: int) -> Any:
 def _compiled(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:
     """fn(iterator) -> (batches taken, the outputs of up to ``per_call`` batches, on the device).
 
-    Made once per model, strategy and input structure (``execution.cached``, dropped on
+    Made once per model, strategy and input structure (``train.model_cache``, dropped on
     ``compile()``), as Keras keeps its ``predict_function``: a new trace each call cost 0.1-0.2 s
     of every ``tfgpu.predict`` on a small MLP. The iterator is an argument, so a new one of the
     same structure reuses the trace.
     """
-    from tfgpu.train import execution
+    from tfgpu.train import model_cache
 
     key = ("predict", strategy, per_call, arrays, str(spec))  # shapes, dtypes and structure
-    return execution.cached(
+    return model_cache.function(
         model, key, lambda: _trace(strategy, model, per_call=per_call, spec=spec, arrays=arrays)
     )
 

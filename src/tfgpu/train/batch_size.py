@@ -12,7 +12,8 @@ from tfgpu.train.task import Task
 
 
 def _trial(task: Task, strategy: Any) -> Callable[[int], bool]:
-    from tfgpu.train.loop import OutOfMemoryError, Trainer
+    from tfgpu.train.loop import OutOfMemoryError
+    from tfgpu.train.trainer import Trainer
 
     def fits(batch: int) -> bool:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, timing
+from tfgpu.train import execution, model_cache, timing
 from tfgpu.train import model as model_setup
 from tfgpu.train.windows import pythonify
 
@@ -91,4 +91,4 @@ class Evaluator:
 
 def evaluator_for(strategy: Any, model: Any) -> Evaluator:
     """One Evaluator per model and strategy: a new compiled function would trace again."""
-    return execution.cached(model, ("evaluator", strategy), lambda: Evaluator(strategy, model))
+    return model_cache.function(model, ("evaluator", strategy), lambda: Evaluator(strategy, model))

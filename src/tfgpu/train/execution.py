@@ -22,67 +22,11 @@ returns, as device tensors the host reads once per log window:
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
-from tfgpu.train import accumulation, losses, remat
-
-_COMPILED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (state, {key: fn})
-
-
-def compiled_state(model: Any) -> tuple[Any, ...]:
-    """What a compiled step of ``model`` was traced against: the compiled optimizer, loss and
-    metrics, and the variables it trains.
-
-    Keras drops its ``train_function`` on ``compile()``; a trace kept past it trains the old
-    variable list with the old optimizer (the transfer-learning guide's second phase: the base's
-    weights did not move, max change 0.0, while Keras trained them) and updates the old metrics.
-    Objects, not ids: an id can be reused once the old object is freed.
-    """
-    return (
-        getattr(model, "optimizer", None),
-        getattr(model, "_compile_loss", None),
-        getattr(model, "_compile_metrics", None),
-        remat.signature(model),
-        *model.trainable_variables,
-    )
-
-
-def same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """The same objects (the remat signature, made anew each time, compared by value)."""
-    return len(a) == len(b) and all(
-        x is y or (isinstance(x, tuple) and x == y) for x, y in zip(a, b, strict=True)
-    )
-
-
-def cached(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
-    """The compiled function ``key`` of ``model``, made once per compiled state (as Keras keeps
-    ``train_function`` until the next ``compile()``).
-
-    A new ``tf.function`` traces again: seconds per ``fit`` call on a GPU. The functions take the
-    iterator as an argument, so a new dataset of the same structure reuses the trace. ``key``
-    holds the strategy (the object: a freed one's id can be reused) and the options the function
-    closes over; a change of ``compiled_state`` (re-compiled, ``trainable`` changed) drops every
-    function of the model.
-    """
-    state = compiled_state(model)
-    entry = _COMPILED.get(model)
-    if entry is None or not same_state(entry[0], state):
-        entry = (state, {})
-        _COMPILED[model] = entry
-    functions = entry[1]
-    if key not in functions:
-        functions[key] = make()
-    return functions[key]
-
-
-def forget(model: Any) -> None:
-    """Drop every compiled function of ``model``: its variables were replaced (``model.rehome``),
-    and a function traced before would go on updating the old ones (an evaluation after a
-    re-home read metrics its step no longer updated: 0.76 where Keras said 0.81)."""
-    _COMPILED.pop(model, None)
+from tfgpu.train import accumulation, losses
 
 
 def _rows(strategy: Any, batch: Any) -> Any:

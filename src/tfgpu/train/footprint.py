@@ -238,11 +238,11 @@ def _example(model: Any) -> Any:
     return tf.zeros([1, *[d or 1 for d in shape[1:]]])
 
 
-def _layer_outputs(model: Any) -> list[tuple[Any, int]]:
+def layer_outputs(model: Any) -> list[tuple[Any, int]]:
     """(leaf layer, bytes of its outputs for one example), from one forward pass."""
     import tensorflow as tf
 
-    from tfgpu.train.model import leaf_layers
+    from tfgpu.train.layers import leaf_layers
 
     leaves = leaf_layers(model)
     seen: list[tuple[Any, int]] = []
@@ -287,7 +287,7 @@ def _inner(layer: Any, out_bytes: int) -> int:
 def _estimated(model: Any, precision: str | None) -> tuple[tuple[int, int, int], int, str, int]:
     """(fixed parts, bytes per example, how, of those the inner bytes remat frees), from one
     forward pass of one example."""
-    outputs = _layer_outputs(model)
+    outputs = layer_outputs(model)
     inner = sum(_inner(layer, out) for layer, out in outputs)
     per_example = sum(out for _, out in outputs) + inner
     if precision in ("bf16", "fp16") and _policy(model) == "float32":

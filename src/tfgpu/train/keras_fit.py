@@ -20,9 +20,8 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs, split, tuning
+from tfgpu.train import inputs, split
 from tfgpu.train import model as model_setup
-from tfgpu.train import remat as rematerialization
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
 
@@ -54,6 +53,8 @@ def fit(
     log_every: int = DEFAULT_LOG_EVERY,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
+    keep_checkpoints: int = 3,
+    checkpoint_epochs: bool = False,
     log_dir: str | os.PathLike | None = None,
     jit_compile: bool = False,
     remat: bool | str | None = None,
@@ -77,7 +78,8 @@ def fit(
       compiled with more than 1, else one call per ``log_every`` steps); batch callbacks are
       called once per call, as Keras's ``fit`` calls them;
     - ``checkpoint_dir`` / ``checkpoint_every``: save every N steps and at the end; a killed run
-      started again resumes there, mid-epoch included, to the same weights;
+      started again resumes there, mid-epoch included, to the same weights; ``keep_checkpoints``
+      the last K kept, ``checkpoint_epochs`` a save at each epoch's end too;
     - ``log_dir``: TensorBoard scalars (the logs, examples/s, input wait), chief only;
     - ``jit_compile``: XLA for the training step; ``seed``: the shuffle order of arrays;
     - ``remat``: recompute activations in the backward pass instead of keeping them, for this run
@@ -103,22 +105,37 @@ def fit(
     The returned History carries tfgpu's measurements as ``history.train_result``
     (examples/s, input wait, verdict, timeline).
     """
-    from tfgpu.train.loop import Trainer
+    from tfgpu.train.trainer import Trainer
 
     model_setup.check_compiled(model, call="tfgpu.fit")
-    remat_mode = rematerialization.mode_of(remat)
     auto_batch = batch_size == "auto"
-    tune_options = tuning.TuneOptions.from_arg(tune, tune_budget_s, auto_batch=auto_batch)
     batch_size = None if auto_batch else batch_size
-    model_setup.build_for_data(model, x)  # as Keras's fit builds it at its first batch
-    strategy, trained = split.placed_if_asked(
-        model,
+    acting = None if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
+    per_batch = int(getattr(model, "steps_per_execution", 1) or 1) if acting else None
+    options = TrainOptions.of(
+        what="tfgpu.fit keyword",
+        tune=tune,
+        tune_budget_s=tune_budget_s,
+        auto_batch=auto_batch,
+        steps_per_execution=steps_per_execution or _compiled_steps(model) or per_batch,
+        log_every=log_every,
+        jit_compile=jit_compile,
+        checkpoint_dir=checkpoint_dir,
+        checkpoint_every=checkpoint_every,
+        keep_checkpoints=keep_checkpoints,
+        checkpoint_epochs=checkpoint_epochs,
+        log_dir=log_dir,
+        prove=bool(prove),
+        remat=remat,
         devices_per_replica=devices_per_replica,
         micro_batches=micro_batches,
-        strategy=strategy,
-        global_batch=batch_size or DEFAULT_BATCH,
-    ) or _placement(model, strategy)
-    replicas = int(strategy.num_replicas_in_sync)
+    )
+    model_setup.build_for_data(model, x)  # as Keras's fit builds it at its first batch
+    if options.placement.splits:  # the Trainer's setup places it, and chooses the strategy
+        replicas, trained = split.replicas(options.placement, strategy=strategy), model
+    else:
+        strategy, trained = _placement(model, strategy)
+        replicas = int(strategy.num_replicas_in_sync)
     train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else _validation(validation_data, model=trained)
     if auto_batch and _is_dataset(train):
@@ -143,18 +160,6 @@ def fit(
     )
     _check_class_weight(trained, class_weight)
     _check_validation_freq(validation_freq)
-    acting = None if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
-    per_batch = int(getattr(trained, "steps_per_execution", 1) or 1) if acting else None
-    options = TrainOptions(
-        tune=tune_options,
-        steps_per_execution=steps_per_execution or _compiled_steps(trained) or per_batch,
-        log_every=log_every,
-        jit_compile=jit_compile,
-        checkpoint_dir=None if checkpoint_dir is None else str(checkpoint_dir),
-        checkpoint_every=checkpoint_every,
-        log_dir=None if log_dir is None else str(log_dir),
-        prove=bool(prove),
-    )
     trainer = Trainer(task, strategy=strategy, options=options)
     if acting and not _compiled_steps(trained):
         choices.record(
@@ -163,14 +168,13 @@ def fit(
             f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
             "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
         )
-    with rematerialization.for_run(trained, remat_mode):
-        result = trainer.fit(
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            verbose=verbose if trainer.is_chief else 0,
-            validation_freq=validation_freq,
-            validation_steps=validation_steps,
-        )
+    result = trainer.fit(
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        verbose=verbose if trainer.is_chief else 0,
+        validation_freq=validation_freq,
+        validation_steps=validation_steps,
+    )
     trained = trainer.model  # tuning may have moved it (one device, mixed precision): a copy
     history = trained.history
     history.train_result = result

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import remat
+from tfgpu.train import model_cache, remat
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
@@ -86,16 +86,6 @@ def check_compiled(model: Any, *, call: str) -> None:
     remat.install_for(model)
 
 
-def leaf_layers(model: Any) -> list[Any]:
-    """The layers of ``model`` that hold no layers themselves, in the model's order: the ones
-    that compute (what remat recomputes, what tfgpu.memory weighs)."""
-    return [
-        layer
-        for layer in model._flatten_layers(include_self=False)
-        if not list(layer._flatten_layers(include_self=False))
-    ]
-
-
 def owner(model: Any) -> Any | None:
     """The strategy whose scope the model was created in; None: no strategy's."""
     return getattr(model, "_distribute_strategy", None)
@@ -110,16 +100,6 @@ def fits_strategy(model: Any, strategy: Any) -> bool:
         return made_in is strategy
     # a model made outside any scope has plain variables: the default strategy runs it
     return strategy is tf.distribute.get_strategy()
-
-
-_COPIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {id(strategy): _Copy}
-
-
-class _Copy:
-    """A model's copy in a strategy's scope, and the compiled state of the model it follows."""
-
-    def __init__(self, clone: Any, state: tuple[Any, ...], strategy: Any) -> None:
-        self.clone, self.state, self.strategy = clone, state, strategy
 
 
 _REHOMED: weakref.WeakSet = weakref.WeakSet()  # models tfgpu moved into a strategy (may move again)
@@ -168,7 +148,7 @@ def rehome(model: Any, strategy: Any) -> Any:
         state.update({id(v): v for v in optimizer.variables})
     for metric in getattr(model, "metrics", []):
         state.update({id(v): v for v in metric.variables})
-    keyed = _optimizer_keys(optimizer, state.values())
+    keyed = optimizer_keys(optimizer, state.values())
     moved = 0
     with strategy.scope():
         for variable in state.values():
@@ -179,11 +159,9 @@ def rehome(model: Any, strategy: Any) -> Any:
             value = tf.convert_to_tensor(variable._value)
             back(variable, tf.zeros_like(value) if summed else value)
     model._distribute_strategy = strategy
-    _rekey_optimizer(keyed)
+    rekey_optimizer(keyed)
     if moved:  # a compiled step captured the old variables: it would update those, not these
-        from tfgpu.train import execution
-
-        execution.forget(model)
+        model_cache.forget(model)
     if optimizer is not None and optimizer.built:
         for inner in optimizers_of(optimizer):
             inner._distribution_strategy = strategy
@@ -214,7 +192,7 @@ def optimizers_of(optimizer: Any) -> list[Any]:
     return [o for o in found if o is not None and hasattr(o, "_distribution_strategy")]
 
 
-def _optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]]:
+def optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]]:
     """(optimizer, variable, its key now) for each variable a built optimizer knows: Keras's TF
     optimizer keys them by the backing tf.Variable's ``_unique_id``, which re-homing changes
     ("Unknown variable ... can only be called for the variables it was originally built with")."""
@@ -230,7 +208,7 @@ def _optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]
     return found
 
 
-def _rekey_optimizer(keyed: list[tuple[Any, Any, Any]]) -> None:
+def rekey_optimizer(keyed: list[tuple[Any, Any, Any]]) -> None:
     """Through the dict's own ``del`` and item assignment: TensorFlow wraps an attribute's dict to
     checkpoint it, and a ``pop`` passes the wrapper by, so the next save of the optimizer failed
     ("Unable to save the object {...} (a dictionary wrapper ...)": fit with checkpoint_dir)."""
@@ -258,40 +236,35 @@ def recreate(model: Any, strategy: Any) -> Any:
     Sequential and functional models can be cloned; a subclassed model, or a compile
     configuration Keras cannot rebuild, is refused with the fix (create it in the scope).
     """
-    from tfgpu.train.execution import compiled_state, same_state
-
     try:
         return rehome(model, strategy)
     except RuntimeError as exc:  # a Keras that moved what rehome relies on: clone, as before
         log.warning("%s; cloning the model instead", exc)
     where = type(strategy).__name__
-    copies = _COPIES.setdefault(model, {})
-    state = compiled_state(model)
-    copy = copies.get(id(strategy))
-    if copy is not None and copy.strategy is not strategy:  # an id reused by a new strategy
-        copy = None
+
+    def make() -> Any:
+        clone = _copy(model, strategy)
+        choices.record(
+            "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
+        )
+        return clone
+
     try:
-        if copy is None:
-            copy = copies[id(strategy)] = _Copy(_copy(model, strategy), state, strategy)
-            choices.record(
-                "model", f"re-created in {where}'s scope", "it was created outside it; weights copied back"
-            )
-        elif not same_state(copy.state, state):
-            _follow(copy.clone, model, strategy)
-            copy.state = state
-        copy.clone.set_weights(model.get_weights())
-        copy_optimizer_state(model, copy.clone, strategy=strategy)
+        clone, _ = model_cache.copy(
+            model, ("strategy", strategy), make, follow=lambda c: _follow(c, model, strategy)
+        )
+        clone.set_weights(model.get_weights())
+        copy_optimizer_state(model, clone, strategy=strategy)
     except ConfigError:
         raise
     except Exception as exc:  # Keras raises several types for models it cannot clone
-        copies.pop(id(strategy), None)
         raise ConfigError(
             f"The model was created outside the {where}'s scope and cannot be re-created in it "
             f"({type(exc).__name__}: {_first_line(exc)})",
             value=model.name,
             fix="create and compile the model inside `with strategy.scope():` and pass that strategy",
         ) from None
-    return copy.clone
+    return clone
 
 
 def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> None:
@@ -365,7 +338,7 @@ def _copy(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
     with strategy.scope(), _policy(policy), _compile_config_given(model, compiled):
         keep = {id(layer) for layer in _output_layers(model)}  # float32 outputs, as Keras's guide has them
         clone = keras.models.clone_model(
-            model, clone_function=functools.partial(_clone_layer, policy=policy, float32=keep)
+            model, clone_function=functools.partial(clone_layer, policy=policy, float32=keep)
         )
         if not clone.built and model.built and _input_shape(model) is not None:
             clone.build(_input_shape(model))  # a Sequential without Input, built by its first call
@@ -454,7 +427,7 @@ def _policy(policy: str | None) -> Iterator[None]:
         keras.config.set_dtype_policy(before)
 
 
-def _clone_layer(layer: Any, *, policy: str | None = None, float32: Collection[int] = ()) -> Any:
+def clone_layer(layer: Any, *, policy: str | None = None, float32: Collection[int] = ()) -> Any:
     """Keras's own clone of a layer (``from_config(get_config())``), or, for a config holding a
     function of the user's (TextVectorization's ``standardize`` in keras-io's text example:
     "Could not parse config: <function custom_standardization>"), the layer made from it. With a

@@ -21,11 +21,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+
+from tfgpu.train import model_cache
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +50,10 @@ class Proof:
         return dataclasses.asdict(self)
 
 
-_PROVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (strategy, compiled state)
-
-
 def proved(model: Any, strategy: Any) -> bool:
     """Whether ``model`` was compared on ``strategy`` in its compiled state already (a script
     calling ``fit`` once per epoch pays for the comparison once)."""
-    from tfgpu.train import execution
-
-    entry = _PROVED.get(model)
-    return (
-        entry is not None
-        and entry[0] is strategy
-        and execution.same_state(entry[1], execution.compiled_state(model))
-    )
+    return model_cache.marked(model, ("proved", strategy))
 
 
 def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "the first batch") -> Proof:
@@ -106,9 +97,7 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
         for metric in model.metrics:
             metric.reset_state()
     _assign(variables, before)
-    from tfgpu.train import execution
-
-    _PROVED[model] = (strategy, execution.compiled_state(model))
+    model_cache.mark(model, ("proved", strategy))
     trained = [i for i, v in enumerate(variables) if v.trainable]
     found = _compare(variables, trained, before, after_n, after_1, logged_n, logged_1, replicas)
     return dataclasses.replace(found, sentence=found.sentence.replace("the first batch", rows))
@@ -226,28 +215,28 @@ def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np
     back after, untouched."""
     import tensorflow as tf
 
-    from tfgpu.train.model import _optimizer_keys, _rekey_optimizer, back, optimizers_of
+    from tfgpu.train.model import back, optimizer_keys, optimizers_of, rekey_optimizer
 
     optimizer = model.optimizer
     inners = optimizers_of(optimizer)
     kept_strategies = [o._distribution_strategy for o in inners]
     model_strategy = getattr(model, "_distribute_strategy", None)
     originals = [v._value for v in variables]
-    keyed = _optimizer_keys(optimizer, variables)
+    keyed = optimizer_keys(optimizer, variables)
     with strategy.scope():
         for variable, value in zip(variables, values, strict=True):
             back(variable, tf.constant(value))
-    _rekey_optimizer(keyed)
+    rekey_optimizer(keyed)
     model._distribute_strategy = strategy
     for inner in inners:
         inner._distribution_strategy = strategy
     try:
         yield
     finally:
-        keyed = _optimizer_keys(optimizer, variables)
+        keyed = optimizer_keys(optimizer, variables)
         for variable, value in zip(variables, originals, strict=True):
             variable._value = value
-        _rekey_optimizer(keyed)
+        rekey_optimizer(keyed)
         model._distribute_strategy = model_strategy
         for inner, kept in zip(inners, kept_strategies, strict=True):
             inner._distribution_strategy = kept

@@ -35,24 +35,9 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
+from tfgpu.train.layers import leaf_layers
 
-MODES = ("full", "activations", "largest")
 _INSTALLED = False
-
-
-def mode_of(remat: Any) -> str | None:
-    """``remat`` as given to ``tfgpu.fit`` (None/False, True, or a mode) checked, as a mode."""
-    if remat is None or remat is False:
-        return None
-    if remat is True:
-        return "full"
-    if remat in MODES:
-        return remat
-    raise ConfigError(
-        "remat must be True, 'full', 'activations' or 'largest'",
-        value=remat,
-        fix="pass remat=True (every layer), or build the model in keras.RematScope(...) for Keras's other modes",
-    )
 
 
 def install() -> None:
@@ -210,8 +195,6 @@ def _set(layer: Any, mode: Any) -> None:
 
 
 def _leaves(model: Any) -> list[Any]:
-    from tfgpu.train.model import leaf_layers
-
     layers = leaf_layers(model)
     if not layers:
         raise ConfigError(

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +132,7 @@ def stages(model: Any, k: int, *, batch: int) -> list[list[Any]]:
     from tfgpu.train import footprint
 
     layers = _layers(model)
-    active = {id(layer): out for layer, out in footprint._layer_outputs(model)}
+    active = {id(layer): out for layer, out in footprint.layer_outputs(model)}
     cost = []
     for layer in layers:
         weights = sum(math.prod(v.shape) * tf.as_dtype(v.dtype).size for v in layer.weights)
@@ -285,7 +284,7 @@ def build(model: Any, split: Split, *, batch: int) -> tuple[Any, Any]:
         choices.record("micro_batches", 1, "a BatchNormalization needs the whole batch's statistics")
 
     def clone_layer(layer: Any) -> Any:
-        copy = model_setup._clone_layer(layer)
+        copy = model_setup.clone_layer(layer)
         if id(layer) in stage_of:
             _place(copy, stage_of[id(layer)], split)
         return copy
@@ -306,22 +305,20 @@ def build(model: Any, split: Split, *, batch: int) -> tuple[Any, Any]:
     return strategy, clone
 
 
-_PLACED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {groups: (clone, state)}
-
-
 def placed(
     model: Any,
     *,
     devices_per_replica: Any,
     micro_batches: Any = None,
     strategy: Any = None,
-    global_batch: int,
+    batch: int,
 ) -> tuple[Any, Any]:
     """(strategy, ``model``'s copy split over ``devices_per_replica`` devices per replica) holding
     ``model``'s weights and optimizer state now; made once per model and split, re-made when the
-    model is re-compiled (as ``train.model.recreate`` keeps its copies)."""
+    model is re-compiled (as ``train.model.recreate`` keeps its copies). ``batch``: the examples
+    per replica (the stages are weighed at it)."""
     from tfgpu.train import model as model_setup
-    from tfgpu.train.execution import compiled_state, same_state
+    from tfgpu.train import model_cache
 
     split = plan(devices_per_replica, micro_batches=micro_batches, strategy=strategy)
     if strategy is not None:  # plan() refused one over several workers
@@ -330,29 +327,34 @@ def placed(
             value=type(strategy).__name__,
             fix="leave strategy unset",
         )
-    copies = _PLACED.setdefault(model, {})
-    state = compiled_state(model)
-    entry = copies.get(split)
-    if entry is None or not same_state(entry[2], state):
-        batch = max(1, global_batch // len(split.groups))
-        made = build(model, split, batch=batch)
-        entry = copies[split] = (*made, state)
-    else:
-        entry[1].set_weights(model.get_weights())
-        model_setup.copy_optimizer_state(model, entry[1], strategy=entry[0])
-    return entry[0], entry[1]
+    batch = max(1, batch)
+    (placed_strategy, clone), made = model_cache.copy(
+        model, ("split", split), lambda: build(model, split, batch=batch)
+    )
+    if not made:
+        clone.set_weights(model.get_weights())
+        model_setup.copy_optimizer_state(model, clone, strategy=placed_strategy)
+    return placed_strategy, clone
 
 
-def placed_if_asked(
-    model: Any, *, devices_per_replica: Any, micro_batches: Any, strategy: Any, global_batch: int
-) -> tuple[Any, Any] | None:
-    """``placed(...)`` when a split was asked for (K other than 1, or micro-batches), else None."""
-    if devices_per_replica in (None, 1) and micro_batches is None:
+def replicas(placement: Any, *, strategy: Any = None) -> int:
+    """The replicas a split ``placement`` (``options.Placement``) trains on: its groups of devices."""
+    return len(
+        plan(
+            placement.devices_per_replica or 1, micro_batches=placement.micro_batches, strategy=strategy
+        ).groups
+    )
+
+
+def placed_for(model: Any, placement: Any, *, strategy: Any, global_batch: int) -> tuple[Any, Any] | None:
+    """``placed(...)`` for a ``placement`` (``options.Placement``) that asks a split, with
+    ``global_batch`` over its replicas; None when it asks none."""
+    if not placement.splits:
         return None
     return placed(
         model,
-        devices_per_replica=1 if devices_per_replica is None else devices_per_replica,
-        micro_batches=micro_batches,
+        devices_per_replica=placement.devices_per_replica or 1,
+        micro_batches=placement.micro_batches,
         strategy=strategy,
-        global_batch=global_batch,
+        batch=global_batch // replicas(placement, strategy=strategy),
     )

@@ -1,252 +1,39 @@
-"""``tune=True``: measure, choose, prove and keep the fastest configuration of a run.
-
-Before the first epoch the Trainer times candidate configurations on the real model, strategy and
-data, through its own compiled execution (``train.timing``: the measurement diagnose uses too),
-and trains with the fastest. The knobs, in the order that usually matters:
-
-- ``steps_per_execution``: the rungs 1, 4, 16, 64, 256, 1024 above the run's default (one call
-  per log window; no more than half an epoch), upwards until a rung gains less than 3% over the one
-  below (the gain said is the product of the rungs');
-- ``input``: tf.data's own optimizations that change no result: sequential maps made parallel
-  (deterministic order kept), batching in parallel, autotuned buffers, a prefetch injected;
-- ``jit_compile``: XLA, kept only when faster *and* the loss over the same batches from the same
-  state agrees with the step without it (relative 1e-3); a model XLA cannot compile keeps the
-  step as it is, with the first line of XLA's error;
-- ``precision`` (only when asked: ``tune="all"`` or named): mixed bf16 (fp16 on GPUs before
-  Ampere) on GPUs with Tensor Cores, on a copy of the model made in that policy; kept only when
-  faster *and* the loss after the same steps from the same weights tracks float32's (relative
-  5%); elsewhere not tried, and said why;
-- ``batch_size`` (only with ``batch_size="auto"``): the global batch doubled while a doubling
-  fits in memory and gains at least 5%; the learning rate stays the user's, the change is said
-  loudly;
-- ``devices``: all the strategy's replicas against one device with the same global batch (a
-  model too small to gain from several GPUs runs faster on one); measured and said by
-  ``tune=True``, switched only when allowed (``tune="all"`` or named).
-
-Each choice is made from paired, interleaved rounds (A B, B A, A B: these machines drift and are
-bimodal) by a sequential test on their log-ratios (``verdict``): taken when the lower confidence
-bound clears 1.0x and the median gains at least 3%, dropped once the upper bound falls below 3%,
-else more rounds while the budget allows (then "not decided", said, the baseline kept); the whole choice is then timed against the
-default (the ``together`` trial, the run's before and after) and kept only when it wins there
-too. Trials run from fresh iterators over the same data and are wrapped in ``timing.restored``:
-the user's callbacks, History, checkpoints and metrics never see them, and the model trains from
-exactly the state an untuned run starts from; the result-preserving knobs (steps per call and
-input; XLA up to its checked tolerance) leave the weights those of the untuned run.
-
-The choice is kept: in ``checkpoint_dir`` (else ``log_dir``) as ``tfgpu-tuning.json``, else in
-tfgpu's cache (``TFGPU_CACHE_DIR``) under a key of the model's structure, the data's signature,
-the strategy, the devices, the versions and the knobs; a run with the same key reuses it without
-measuring, a changed key re-tunes and says what changed.
-
-Several workers (MultiWorkerMirrored,
-ParameterServer) are not tuned: every worker would have to make the same choice from its own
-timings; the run says so and trains as configured.
-"""
+"""The measurement: ``Bench`` runs a configuration, ``Tuner`` compares them in paired rounds and
+chooses (the rules: ``tfgpu.train.tuning``'s docstring)."""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import ConfigError
-
-KNOBS = ("steps_per_execution", "input", "jit_compile", "precision", "batch_size", "devices")
-DEFAULT_KNOBS = ("steps_per_execution", "input", "jit_compile", "devices")  # tune=True
-ALL_KNOBS = tuple(k for k in KNOBS if k != "batch_size")  # tune="all"; batch: batch_size="auto"
-STEPS = (1, 4, 16, 64, 256, 1024)
-MIN_GAIN = 1.03  # a choice must gain at least this (median of the paired rounds)
-MIN_BATCH_GAIN = 1.05  # a doubling of the batch must gain at least this
-MAX_DOUBLINGS = 8
-ROUNDS = 3  # the rounds a comparison is planned for (the budget's forecast); most end there
-MIN_ROUNDS, MAX_ROUNDS = 3, 12  # the sequential test's (``verdict``)
-TAKE_CONFIDENCE, DROP_CONFIDENCE = 0.99, 0.8
-LOSS_RTOL = 1e-3  # XLA's loss against the step without it, over the same batches
-POLICIES = ("float32", "mixed_bfloat16", "mixed_float16")
-PRECISION_RTOL = 0.05  # mixed precision's loss against float32's, after the same steps
-BUDGET_FLOOR_S, BUDGET_CAP_S, BUDGET_SHARE = 20.0, 60.0, 0.05
-FILE = "tfgpu-tuning.json"
-
-
-@dataclass(frozen=True)
-class TuneOptions:
-    """What ``tune=`` asks for, checked once.
-
-    Args:
-        knobs: the knobs to tune (``KNOBS``): ``tune=True`` takes ``DEFAULT_KNOBS`` (the number
-            of devices measured and said, not switched), ``tune="all"`` adds precision and lets
-            the devices switch; ``batch_size`` is added by ``batch_size="auto"``.
-        budget_s: seconds the measurement may take; None: the larger of 20 s and 5% of the run's
-            estimated length, at most 60 s.
-        keep: reuse (and save) the choice for the same model, data, strategy and versions.
-        switch_devices: train on one device when it is faster than all (``tune="all"``, or
-            ``"devices"`` named); else that is measured and said only.
-    """
-
-    knobs: tuple[str, ...] = DEFAULT_KNOBS
-    budget_s: float | None = None
-    keep: bool = True
-    switch_devices: bool = False
-
-    def __post_init__(self) -> None:
-        unknown = [k for k in self.knobs if k not in KNOBS]
-        if unknown or not self.knobs:
-            raise ConfigError(
-                "tune takes True, 'all', or knob names",
-                value=list(self.knobs),
-                fix=f"pick from {', '.join(KNOBS)}",
-            )
-        if self.budget_s is not None and (
-            isinstance(self.budget_s, bool)
-            or not isinstance(self.budget_s, int | float)
-            or self.budget_s <= 0
-        ):
-            raise ConfigError(
-                "tune_budget_s must be a positive number of seconds", value=self.budget_s, fix="pass 20"
-            )
-
-    @property
-    def keyed(self) -> tuple[str, ...]:
-        """What a kept choice of these options is kept under: the knobs, and whether the devices
-        may switch (tune=True's measurement of one device must not reuse tune='all''s switch)."""
-        return self.knobs + (("devices switched",) if self.switch_devices else ())
-
-    @classmethod
-    def from_arg(cls, tune: Any, budget_s: Any = None, *, auto_batch: bool = False) -> TuneOptions | None:
-        """``tfgpu.fit``'s ``tune``, ``tune_budget_s`` and ``batch_size="auto"`` as options
-        (None: no tuning). ``batch_size="auto"`` alone tunes the batch only."""
-        if tune is None or tune is False:
-            if auto_batch:
-                return cls(knobs=("batch_size",), budget_s=budget_s)
-            if budget_s is not None:
-                raise ConfigError("tune_budget_s needs tune=True", value=budget_s, fix="pass tune=True too")
-            return None
-        batch = ("batch_size",) if auto_batch else ()
-        if tune is True:
-            return cls(knobs=DEFAULT_KNOBS + batch, budget_s=budget_s)
-        if tune == "all":
-            return cls(knobs=ALL_KNOBS + batch, budget_s=budget_s, switch_devices=True)
-        named = (tune,) if isinstance(tune, str) else tuple(tune) if isinstance(tune, Sequence) else None
-        if named is None:
-            raise ConfigError("tune takes True, 'all', or knob names", value=tune, fix="pass tune=True")
-        if "batch_size" in named and not auto_batch:
-            raise ConfigError(
-                "the batch size is tuned with batch_size='auto' (the batch is otherwise the user's)",
-                value=list(named),
-                fix="pass batch_size='auto' (tfgpu train: --batch-size auto) and leave it out of tune",
-            )
-        return cls(
-            knobs=tuple(dict.fromkeys(named + batch)), budget_s=budget_s, switch_devices="devices" in named
-        )
-
-
-@dataclass(frozen=True)
-class Config:
-    """One configuration of the run's step."""
-
-    steps_per_execution: int
-    input: bool = False
-    jit_compile: bool = False
-    precision: str | None = None  # a mixed policy ("mixed_bfloat16"); None: as the model was built
-    batch: int | None = None  # the global batch; None: the run's
-    devices: int | None = None  # 1: one device; None: all the strategy's replicas
-
-    def label(self) -> str:
-        return (
-            f"steps_per_execution={self.steps_per_execution}"
-            + (", input tuned" if self.input else "")
-            + (", XLA" if self.jit_compile else "")
-            + (f", {self.precision}" if self.precision else "")
-            + (f", batch {self.batch}" if self.batch else "")
-            + (", 1 device" if self.devices == 1 else "")
-        )
+from tfgpu.train.tuning.options import (
+    BUDGET_CAP_S,
+    BUDGET_FLOOR_S,
+    BUDGET_SHARE,
+    DROP_CONFIDENCE,
+    LOSS_RTOL,
+    MAX_DOUBLINGS,
+    MAX_ROUNDS,
+    MIN_BATCH_GAIN,
+    MIN_GAIN,
+    MIN_ROUNDS,
+    PRECISION_RTOL,
+    ROUNDS,
+    STEPS,
+    TAKE_CONFIDENCE,
+    Config,
+    TuneOptions,
+)
+from tfgpu.train.tuning.result import short
 
 
 class DoesNotFit(Exception):
     """A trial configuration ran out of device memory (``Bench.rate`` raises it)."""
-
-
-@dataclass
-class Tuning:
-    """What tuning found: ``history.train_result.tuning`` holds ``to_dict()``."""
-
-    seconds: float
-    choices: dict[str, Any]
-    gains: dict[str, float | None]
-    trials: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    reused: str | None = None  # the file the choice was kept in, when it was reused
-    key: str = ""
-    parts: dict[str, str] = field(default_factory=dict)  # what the key was made of (key_parts)
-
-    def before_after(self) -> tuple[float, float] | None:
-        """Examples/s of the default and of the chosen configuration, from the trial that proved
-        the choice (None when nothing was changed, or the choice was kept from an earlier run)."""
-        together = [t for t in self.trials if t["knob"] == "together"]
-        if not together or together[-1].get("decision", "take") != "take":
-            return None  # the default kept: its speed is the run's (a "31,087 -> 18,154" read as a loss)
-        return together[-1]["baseline_examples_per_s"], together[-1]["candidate_examples_per_s"]
-
-    def to_dict(self) -> dict[str, Any]:
-        measured = self.before_after()
-        return {
-            "before_examples_per_s": measured and measured[0],
-            "after_examples_per_s": measured and measured[1],
-            "seconds": round(self.seconds, 3),
-            "choices": self.choices,
-            "gains": {k: None if v is None else round(v, 3) for k, v in self.gains.items()},
-            "trials": self.trials,
-            "notes": self.notes,
-            "reused": self.reused,
-            "key": self.key,
-            "summary": self.line(),
-        }
-
-    def line(self) -> str:
-        """One line: what was chosen and why, with the measured gains and the tuning time."""
-        parts = []
-        for knob, value in self.choices.items():
-            gain = self.gains.get(knob)
-            shown = (
-                ("tuned" if value else "as given")
-                if knob == "input"
-                else ({True: "on", False: "off"}[value] if isinstance(value, bool) else value)
-            )
-            text = f"{knob}={shown}"
-            if gain is not None and knob == "devices":
-                text += f" ({gain:.2f}x over {'all' if value == 1 else 1})"
-            elif gain is not None:
-                text += f" ({gain:.2f}x: not taken)" if value in (False, "float32") else f" ({gain:.2f}x)"
-            parts.append(text)
-        head = (
-            f"tfgpu kept the tuning from {self.reused}"
-            if self.reused
-            else f"tfgpu tuned in {self.seconds:.0f} s"
-        )
-        measured = self.before_after()
-        if measured and not self.reused:
-            head += f" ({measured[0]:,.0f} -> {measured[1]:,.0f} examples/s)"
-        notes = _merged_notes(self.notes)
-        return f"{head}: " + ", ".join(parts) + ("; " + "; ".join(notes) if notes else "")
-
-
-def _merged_notes(notes: Sequence[str]) -> list[str]:
-    """The notes, those of a spent budget said once: "budget of 8 s spent: input and XLA not
-    tried", not the budget twice in one sentence."""
-    spent = [n for n in notes if n.startswith("budget of ") and n.endswith(" not tried") and ": " in n]
-    if len(spent) < 2:
-        return list(notes)
-    head = spent[0].split(": ", 1)[0]
-    what = [n.split(": ", 1)[1].removesuffix(" not tried") for n in spent]
-    merged = f"{head}: {', '.join(what[:-1])} and {what[-1]} not tried"
-    return [n for n in notes if n not in spent] + [merged]
 
 
 class Bench:
@@ -295,40 +82,6 @@ class Bench:
         loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
         self.examples_per_step = timing.examples(outputs) / (len(outputs) * k)
         return timing.examples(outputs) / max(seconds, 1e-9), loss
-
-
-TRIAL_COLUMNS = ("knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread")
-
-
-def trial_row(trial: dict[str, Any]) -> list[str]:
-    """One trial (``Tuner.compare``'s record) as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
-    low, high = trial["spread"]
-    rounds = trial.get("rounds", ROUNDS)
-    decision = {"take": "taken", "drop": "dropped", "not decided": "open"}.get(trial.get("decision", ""), "")
-    spread = f"{low:.2f}-{high:.2f} ({rounds}{', ' + decision if decision else ''})"
-    return [
-        {"steps_per_execution": "K", "jit_compile": "XLA", "batch_size": "batch"}.get(
-            trial["knob"], trial["knob"]
-        ),
-        short(trial["baseline"]),
-        short(trial["candidate"]),
-        f"{trial['baseline_examples_per_s']:,.0f}",
-        f"{trial['candidate_examples_per_s']:,.0f}",
-        f"{trial['ratio']:.2f}x",
-        spread,
-    ]
-
-
-def short(label: str) -> str:
-    """A configuration's label (``Config.label``) for a table cell or a plot: ``K=64 +input +XLA``."""
-    return (
-        label.replace("steps_per_execution=", "K=")
-        .replace(", input tuned", " +input")
-        .replace(", XLA", " +XLA")
-        .replace(", mixed_", " +")
-        .replace(", batch ", " batch=")
-        .replace(", 1 device", " x1")
-    )
 
 
 def verdict(ratios: Sequence[float], *, gain: float = MIN_GAIN) -> str:
@@ -697,135 +450,9 @@ def _first_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__)[:200]
 
 
-# -- kept --------------------------------------------------------------------------------------------
-def key_parts(
-    *, model: Any, spec: Any, strategy: Any, devices: Sequence[str], knobs: Sequence[str], batch: int
-) -> dict[str, str]:
-    """What a kept choice depends on, each part as text (a changed part is named)."""
-    import keras
-    import tensorflow as tf
-
-    import tfgpu
-
-    layers = [
-        (type(layer).__name__, [tuple(w.shape) for w in layer.weights])
-        for layer in model._flatten_layers(include_self=False)
-    ]
-    return {
-        "model": hashlib.sha256(repr(layers).encode()).hexdigest()[:16],
-        "data": str(spec),
-        "global_batch": str(batch),
-        "strategy": f"{type(strategy).__name__} x {int(strategy.num_replicas_in_sync)}",
-        "devices": ",".join(devices),
-        "versions": f"tensorflow {tf.__version__}, keras {keras.__version__}, tfgpu {tfgpu.__version__}",
-        "knobs": ",".join(knobs),
-    }
-
-
-def key_of(parts: dict[str, str]) -> str:
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:20]
-
-
-def kept_path(*, checkpoint_dir: str | None, log_dir: str | None, key: str) -> Path:
-    from tfgpu import env
-
-    if checkpoint_dir or log_dir:
-        return Path(checkpoint_dir or log_dir) / FILE
-    return Path(env.cache_dir()) / "tuning" / f"{key}.json"
-
-
-def load(path: Path, parts: dict[str, str]) -> tuple[Tuning | None, str]:
-    """The kept tuning for ``parts`` at ``path``, or (None, why it must tune again)."""
-    if not path.exists():
-        return None, ""
-    try:
-        found = read(path)
-    except ConfigError:
-        return None, f"re-tuned: {path} could not be read"
-    if not found.parts:
-        return None, f"re-tuned: {path} could not be read"
-    changed = [name for name in parts if found.parts.get(name) != parts[name]]
-    if changed:
-        return None, f"re-tuned: {', '.join(changed)} changed since {path}"
-    return dataclasses.replace(found, key=key_of(parts)), ""
-
-
-def save(path: Path, parts: dict[str, str], tuning: Tuning) -> None:
-    """Write the choice (atomically: a reader never sees half a file, a re-run replaces it whole)."""
-    from tfgpu.files import write_json_atomic
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"parts": parts, **{k: v for k, v in tuning.to_dict().items() if k != "reused"}})
-
-
-def read(path: str | Path) -> Tuning:
-    """A saved tuning (``tfgpu tune``'s file, or a kept ``tfgpu-tuning.json``), checked: what
-    ``load`` reuses and ``tfgpu train --config`` trains with."""
-    path = Path(path)
-    try:
-        saved = json.loads(path.read_text())
-        chosen, parts = saved["choices"], saved.get("parts", {})
-        unknown = set(chosen) - set(KNOBS)
-        if unknown or not isinstance(parts, dict):
-            raise ValueError(f"unknown choices {sorted(unknown)}")
-        if chosen.get("precision", "float32") not in POLICIES:
-            raise ValueError(f"precision {chosen['precision']!r} is none of {', '.join(POLICIES)}")
-        config_of(Tuning(0.0, chosen, {}), Config(1))  # the values are what a Config takes
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(
-            f"{path} is not a tuning tfgpu wrote ({type(exc).__name__}: {exc})",
-            value=str(path),
-            fix="pass the file tfgpu tune wrote (tfgpu tune TASK --out tfgpu-tuning.json)",
-        ) from None
-    return Tuning(
-        seconds=0.0,
-        choices=chosen,
-        gains=saved.get("gains", {}),
-        trials=saved.get("trials", []),
-        notes=list(saved.get("notes", [])),
-        reused=str(path),
-        key=saved.get("key", ""),
-        parts=parts,
-    )
-
-
-def differences(saved: dict[str, str], now: dict[str, str]) -> list[str]:
-    """The parts of the key a saved tuning was measured for that this run does not share."""
-    return [name for name in now if name != "knobs" and saved.get(name, now[name]) != now[name]]
-
-
-def config_of(tuning: Tuning, default: Config) -> Config:
-    """The configuration a (kept) tuning chose."""
-    c = tuning.choices
-    precision = c.get("precision", default.precision or "float32")
-    batch = c.get("batch_size", default.batch)
-    devices = 1 if c.get("devices") == 1 else default.devices  # a count that is all replicas: no switch
-    return Config(
-        steps_per_execution=int(c.get("steps_per_execution", default.steps_per_execution)),
-        input=bool(c.get("input", default.input)),
-        jit_compile=bool(c.get("jit_compile", default.jit_compile)),
-        precision=None if precision == "float32" else str(precision),
-        batch=None if batch is None else int(batch),
-        devices=devices,
-    )
-
-
 def budget(options: TuneOptions, *, estimated_run_s: float | None) -> float:
     """The tuning budget: as asked, else the larger of 20 s and 5% of the run, at most 60 s."""
     if options.budget_s is not None:
         return float(options.budget_s)
     share = BUDGET_SHARE * estimated_run_s if estimated_run_s else 0.0
     return min(BUDGET_CAP_S, max(BUDGET_FLOOR_S, share))
-
-
-def input_options() -> Any:
-    """tf.data's optimizations that change no result (order and values kept)."""
-    import tensorflow as tf
-
-    options = tf.data.Options()
-    options.deterministic = True
-    options.autotune.enabled = True
-    options.experimental_optimization.map_parallelization = True
-    options.experimental_optimization.parallel_batch = True
-    options.experimental_optimization.inject_prefetch = True
-    return options

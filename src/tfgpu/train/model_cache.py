@@ -1,0 +1,137 @@
+"""What tfgpu keeps of a user's model between calls, in one place: its compiled functions and its
+copies (in another strategy's scope, split over devices), each tied to the model's compiled state.
+
+Keras keeps ``train_function`` on the model and drops it in ``compile()``
+(``keras/src/trainers/trainer.py``); tfgpu's functions and copies live here, keyed by the model
+(weakly: a model that goes, goes with its entry) and dropped or brought up to date when the
+compiled state changes: a re-compile (a new optimizer, loss or metrics), a ``trainable`` flag
+changed (the transfer-learning guide's second phase), a remat mode set for a run. Before this
+module, four registries across ``model``, ``split``, ``execution`` and the Trainer each kept part
+of it, and ``model``, ``execution`` and ``remat`` imported each other in a cycle to reach them.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfgpu.train import remat
+
+
+@dataclass
+class _Entry:
+    state: tuple[Any, ...]  # the compiled state the functions were made for
+    functions: dict[Any, Any] = field(default_factory=dict)
+    copies: dict[Any, list[Any]] = field(default_factory=dict)  # key -> [copy, state it follows]
+
+
+_ENTRIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> _Entry
+
+
+def compiled_state(model: Any) -> tuple[Any, ...]:
+    """What a compiled step of ``model`` was traced against: the compiled optimizer, loss and
+    metrics, the remat modes, and the variables it trains.
+
+    Keras drops its ``train_function`` on ``compile()``; a trace kept past it trains the old
+    variable list with the old optimizer (the transfer-learning guide's second phase: the base's
+    weights did not move, max change 0.0, while Keras trained them) and updates the old metrics.
+    Objects, not ids: an id can be reused once the old object is freed.
+    """
+    return (
+        getattr(model, "optimizer", None),
+        getattr(model, "_compile_loss", None),
+        getattr(model, "_compile_metrics", None),
+        remat.signature(model),
+        *model.trainable_variables,
+    )
+
+
+def same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same objects (the remat signature, made anew each time, compared by value)."""
+    return len(a) == len(b) and all(
+        x is y or (isinstance(x, tuple) and x == y) for x, y in zip(a, b, strict=True)
+    )
+
+
+def _entry(model: Any) -> _Entry:
+    """``model``'s entry, its functions dropped when the compiled state changed since they were made."""
+    state = compiled_state(model)
+    entry = _ENTRIES.get(model)
+    if entry is None:
+        entry = _ENTRIES[model] = _Entry(state)
+    elif not same_state(entry.state, state):
+        entry.state, entry.functions = state, {}
+    return entry
+
+
+def function(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
+    """The compiled function ``key`` of ``model``, made once per compiled state (as Keras keeps
+    ``train_function`` until the next ``compile()``).
+
+    A new ``tf.function`` traces again: seconds per ``fit`` call on a GPU. The functions take the
+    iterator as an argument, so a new dataset of the same structure reuses the trace. ``key``
+    holds the strategy (the object: a freed one's id can be reused) and the options the function
+    closes over.
+    """
+    functions = _entry(model).functions
+    if key not in functions:
+        functions[key] = make()
+    return functions[key]
+
+
+def functions(model: Any) -> dict[Any, Any]:
+    """``model``'s compiled functions of its current compiled state, by key (for inspection)."""
+    return _entry(model).functions
+
+
+def forget(model: Any) -> None:
+    """Drop every compiled function of ``model``: its variables were replaced (``model.rehome``),
+    and a function traced before would go on updating the old ones (an evaluation after a
+    re-home read metrics its step no longer updated: 0.76 where Keras said 0.81)."""
+    entry = _ENTRIES.get(model)
+    if entry is not None:
+        entry.functions = {}
+
+
+def copy(
+    model: Any,
+    key: Any,
+    make: Callable[[], Any],
+    *,
+    follow: Callable[[Any], None] | None = None,
+) -> tuple[Any, bool]:
+    """(``model``'s copy ``key``, whether it was made just now): made by ``make()`` once and kept,
+    so its optimizer state and traced functions last from one call to the next, as on the model
+    itself under Keras. When the model's compiled state changed since, ``follow(copy)`` brings it
+    up to date, or without ``follow`` it is made again. A ``make`` that raises keeps nothing."""
+    copies = _entry(model).copies
+    state = compiled_state(model)
+    kept = copies.get(key)
+    if kept is not None and same_state(kept[1], state):
+        return kept[0], False
+    if kept is not None and follow is not None:
+        follow(kept[0])
+        kept[1] = state
+        return kept[0], False
+    copies.pop(key, None)
+    made = make()
+    copies[key] = [made, state]
+    return made, True
+
+
+def copies(model: Any) -> dict[Any, Any]:
+    """``model``'s copies by key (for inspection)."""
+    entry = _ENTRIES.get(model)
+    return {} if entry is None else {k: v[0] for k, v in entry.copies.items()}
+
+
+def mark(model: Any, key: Any) -> None:
+    """Note that ``key`` was done for ``model`` in its compiled state (``marked`` says it until
+    the state changes): ``train.proof``'s comparison, once per model and compiled state."""
+    _entry(model).functions[("mark", key)] = True
+
+
+def marked(model: Any, key: Any) -> bool:
+    return ("mark", key) in _entry(model).functions

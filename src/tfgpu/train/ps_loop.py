@@ -1,0 +1,75 @@
+"""The parameter-server loop: the coordinator schedules the same execution as ``EpochLoop``'s on
+the workers, a log window at a time, and shares the epoch ends, validation and checkpoints of
+``Loop``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tfgpu import choices
+from tfgpu.errors import ConfigError
+from tfgpu.train import inputs
+from tfgpu.train import model as model_setup
+from tfgpu.train.loop import Loop, Validation
+from tfgpu.train.options import TrainResult
+from tfgpu.train.windows import Window
+
+
+class ParameterServerLoop(Loop):
+    """Under ParameterServerStrategy: the run is counted in steps (each worker's iterator repeats
+    its data), in executions of K steps scheduled on whichever worker is free."""
+
+    def fit(
+        self, *, epochs: int | None, steps: int | None, callbacks: Any, validation: Validation
+    ) -> TrainResult:
+        import tensorflow as tf
+
+        setup = self.setup
+        per_epoch = setup.task.steps_per_epoch or inputs.steps_per_epoch(
+            setup.task.train_data, setup.global_batch
+        )
+        steps = self._steps(epochs=epochs, steps=steps, per_epoch=per_epoch)
+        coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(setup.strategy)
+        make = setup.train.per_worker_factory()
+        strategy = setup.strategy
+
+        def per_worker() -> Any:  # the pattern of TensorFlow's parameter-server tutorial
+            return strategy.distribute_datasets_from_function(lambda ctx: make(ctx).repeat())
+
+        iterators = iter(coordinator.create_per_worker_dataset(per_worker))
+        model_setup.atomic_counters(self.model)  # executions run side by side on the workers
+        execute = setup.function("train", jit_compile=self.options.jit_compile)
+        workers = len(setup.cluster.cluster.get("worker", ())) if setup.cluster else 1
+        choices.announce()
+        self.model.stop_training = False
+        callbacks.on_train_begin()
+        k = self.options.execution_steps
+        with self.run_log(steps, callbacks) as run:
+            while self.counters.step < steps and not self.model.stop_training:
+                self.begin_epoch(callbacks)
+                window = Window(self.counters.epoch, self.counters.step, workers=workers)
+                todo = self.to_boundary(steps, per_epoch or None)  # one window, in executions of K
+                chunks = [min(k, todo - i) for i in range(0, todo, k)]
+                remotes = [(n, coordinator.schedule(execute, args=(iterators, n))) for n in chunks]
+                coordinator.join()
+                for n, remote in remotes:
+                    window.add(remote.fetch(), taken=n)
+                self.last = window.executions[-1][1]
+                self.counters.advance(todo)
+                run.close(window)
+                if per_epoch and self.counters.epoch_step >= per_epoch:
+                    self.end_epoch(run, callbacks, validation=validation)
+        callbacks.on_train_end(run.history[-1] if run.history else None)
+        return self.finish(run)
+
+    @staticmethod
+    def _steps(*, epochs: int | None, steps: int | None, per_epoch: int | None) -> int:
+        if steps is not None:
+            return steps
+        if not per_epoch:
+            raise ConfigError(
+                "ParameterServerStrategy needs the number of steps",
+                value=None,
+                fix="pass steps=N, or set Task.steps_per_epoch",
+            )
+        return per_epoch * int(epochs or 1)

@@ -1,0 +1,314 @@
+"""A run's setup: the model as it trains, the strategy, the inputs, the global batch and the
+compiled functions, built once from a Task, a strategy and a ``Placement``.
+
+The loop (``train.loop``) runs over a setup and the tuning session (``train.tuning.session``)
+measures setups of other configurations (``Setup.variant``); neither builds a model or an input
+itself. Keras's base trainer / backend trainer split is the shape: what a model and strategy are
+(here) apart from how steps are run (``loop``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfgpu import choices, distribute
+from tfgpu.errors import ConfigError
+from tfgpu.train import execution, inputs, model_cache, split
+from tfgpu.train import model as model_setup
+from tfgpu.train.evaluation import evaluation_strategy
+from tfgpu.train.options import Placement
+from tfgpu.train.task import Task
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a run trains with; ``Setup.build`` makes one. The model is the one that trains: the
+    Task's (made in the strategy's scope), a split copy, or a tuning variant's copy."""
+
+    task: Task
+    strategy: Any
+    model: Any
+    train: inputs.Input
+    eval_source: Any  # the evaluation data (Task.eval_data, or the held-out validation_split)
+    global_batch: int
+    batched: bool  # a tf.data.Dataset brings its own global batches (the per-replica batch is 1)
+    direct: bool  # the input is fed without distributing it (a strategy of one local device)
+    input_strategy: Any
+    cluster: Any  # the cluster spec under several workers, else None
+    _eval: dict[str, inputs.Input] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def build(
+        cls, task: Task, *, strategy: Any = None, placement: Placement | None = None, record: bool = True
+    ) -> Setup:
+        """The setup of ``task`` under ``strategy`` (default ``tfgpu.strategy()``); a split
+        ``placement`` chooses the strategy itself. ``record``: say the run's choices (a tuning
+        variant's setup says none)."""
+        placement = placement or Placement()
+        if placement.splits:
+            strategy, model = _split_model(task, strategy=strategy, placement=placement)
+        else:
+            strategy = strategy if strategy is not None else distribute.strategy()
+            with strategy.scope():
+                model = model_setup.from_task(task)
+        _check_owner(model, strategy)
+        spec = distribute.cluster_of(strategy)
+        feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
+        global_batch = task.batch_size * int(strategy.num_replicas_in_sync)
+        if record:
+            _record(task, model, global_batch=global_batch, replicas=int(strategy.num_replicas_in_sync))
+        train_data, eval_data = _split(task)
+        train = inputs.Input(
+            train_data,
+            task=task,
+            training=True,
+            global_batch=global_batch,
+            strategy=feed or strategy,
+            direct=feed is None,
+        )
+        setup = cls(
+            task=task,
+            strategy=strategy,
+            model=model,
+            train=train,
+            eval_source=eval_data,
+            global_batch=global_batch,
+            batched=_is_dataset(task.train_data),
+            direct=feed is None,
+            input_strategy=feed or strategy,
+            cluster=spec,
+        )
+        model_setup.build(model, strategy, train.spec())
+        return setup
+
+    # -- what it is ----------------------------------------------------------------------------
+    @property
+    def replicas(self) -> int:
+        return int(self.strategy.num_replicas_in_sync)
+
+    @property
+    def is_chief(self) -> bool:
+        return self.cluster is None or self.cluster.is_chief
+
+    @property
+    def worker_name(self) -> str:
+        return f"{self.cluster.task_type}-{self.cluster.task_index}" if self.cluster else "local"
+
+    @property
+    def pipelines(self) -> int:
+        """Input pipelines training side by side (MultiWorkerMirrored: one per worker)."""
+        if self.cluster is None or distribute.is_parameter_server(self.strategy):
+            return 1
+        return sum(len(self.cluster.cluster.get(r, ())) for r in ("chief", "worker"))
+
+    @property
+    def parameter_server(self) -> bool:
+        return distribute.is_parameter_server(self.strategy)
+
+    def several_workers(self) -> bool:
+        return distribute.spans_workers(self.strategy) or self.parameter_server
+
+    def xla_refused(self) -> str | None:
+        """Why XLA cannot compile this setup's step (None: it can)."""
+        devices, _ = distribute.replica_devices(self.strategy)
+        if len(devices) > 1 and distribute.on_host_cpu(devices):
+            return "replicas on logical CPU devices share one XLA device"
+        return None
+
+    def batch_refused(self) -> str | None:
+        """Why tuning cannot change the batch (None: it can): data that comes batched."""
+        data = self.task.train_data
+        if self.batched:
+            return "the tf.data.Dataset is batched already"
+        if callable(data) and not inputs.takes_batch(data):
+            return "the data function batches its data itself (it takes no batch size)"
+        return None
+
+    # -- inputs and functions ------------------------------------------------------------------
+    def input(self, source: Any, *, training: bool) -> inputs.Input:
+        """``source`` as an input of this setup (under ParameterServerStrategy the coordinator
+        evaluates, reading the data itself)."""
+        local = not training and self.parameter_server
+        return inputs.Input(
+            source,
+            task=self.task,
+            training=training,
+            global_batch=self.global_batch,
+            strategy=evaluation_strategy(self.strategy) if local else self.input_strategy,
+            direct=self.direct or local,
+        )
+
+    def eval_input(self) -> inputs.Input:
+        """The evaluation data's input, made once."""
+        if self.eval_source is None:
+            raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
+        if "eval" not in self._eval:
+            self._eval["eval"] = self.input(self.eval_source, training=False)
+        return self._eval["eval"]
+
+    def function(self, name: str, *, jit_compile: bool = False) -> Any:
+        """The compiled "train" execution (with or without XLA), "skip" or "metrics" function,
+        made once per model, strategy and compiled state (``train.model_cache``)."""
+        key = (name, self.strategy, jit_compile)  # the object: a freed one's id is reused
+        return model_cache.function(self.model, key, lambda: self._make(name, jit_compile))
+
+    def _make(self, name: str, jit_compile: bool) -> Any:
+        if name == "skip":
+            return execution.skip_batches()
+        if name == "metrics":
+            return execution.metrics_reader(self.model)
+        return execution.train_execution(self.strategy, self.model, jit_compile=jit_compile)
+
+    # -- other configurations ------------------------------------------------------------------
+    def copy_for(self, *, devices: int, policy: str | None) -> tuple[Any, Any]:
+        """(model, strategy) for ``devices`` (1: this setup's first device) in a mixed ``policy``:
+        this setup's own, or a copy of its model made from its state now (one Keras cannot make:
+        ``model.copy_in``'s ConfigError)."""
+        if devices == self.replicas and policy is None:
+            return self.model, self.strategy
+        strategy = self.strategy
+        if devices != self.replicas:
+            import tensorflow as tf
+
+            strategy = tf.distribute.OneDeviceStrategy(distribute.replica_devices(self.strategy)[0][0])
+        with choices.unchanged():
+            return model_setup.copy_in(self.model, strategy, policy=policy), strategy
+
+    def variant(self, *, model: Any, strategy: Any, batch: int, record: bool = False) -> Setup:
+        """This run's setup over ``model`` (this one's, or a ``copy_for``) under ``strategy`` in the
+        global ``batch``; ``record``: say its choices (the setup a tuning switched the run to),
+        else it records none (a trial's)."""
+        task = dataclasses.replace(
+            self.task,
+            model=lambda: model,
+            loss=None,
+            metrics=(),
+            batch_size=batch // int(strategy.num_replicas_in_sync),
+        )
+        if record:
+            return Setup.build(task, strategy=strategy)
+        with choices.unchanged():
+            return Setup.build(task, strategy=strategy, record=False)
+
+    def precision_for(self) -> tuple[str, str | None]:
+        """(the mixed policy to try, why it cannot be tried here: None when it can): bf16 on GPUs
+        with Tensor Cores that take it (compute capability 8.0+), fp16 on 7.x, none elsewhere."""
+        import tensorflow as tf
+
+        built = self.model.dtype_policy.name
+        if built != "float32":
+            return built, f"the model is built in {built} already"
+        devices, _ = distribute.replica_devices(self.strategy)
+        if distribute.on_host_cpu(devices):
+            return "mixed_bfloat16", "no GPU with Tensor Cores here (mixed precision is slower on CPUs)"
+        capability = min(
+            (
+                tuple(tf.config.experimental.get_device_details(g).get("compute_capability", (0, 0)))
+                for g in tf.config.list_physical_devices("GPU")
+            ),
+            default=(0, 0),
+        )
+        if capability >= (8, 0):
+            return "mixed_bfloat16", None
+        if capability >= (7, 0):
+            return "mixed_float16", None
+        return (
+            "mixed_float16",
+            f"GPU compute capability {capability[0]}.{capability[1]}: no Tensor Cores (7.0+)",
+        )
+
+
+def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None:
+    import keras
+
+    batched = _is_dataset(task.train_data)
+    choices.record(
+        "global_batch",
+        "from the dataset" if batched else f"{global_batch}",
+        "its batches are global batches, split over the replicas"
+        if batched
+        else f"{task.batch_size} per replica x {replicas} replicas",
+    )
+    if isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):
+        choices.record("loss_scaling", "dynamic", "fp16 needs it (Keras's LossScaleOptimizer)")
+
+
+def _check_owner(model: Any, strategy: Any) -> None:
+    import tensorflow as tf
+
+    if not model_setup.fits_strategy(model, strategy):
+        raise ConfigError(
+            f"The model was created under another strategy than the {type(strategy).__name__} "
+            "it is to train under",
+            value=type(model_setup.owner(model) or tf.distribute.get_strategy()).__name__,
+            fix="create and compile the model inside `with strategy.scope():` of the strategy you train with",
+        )
+
+
+def _split_model(task: Task, *, strategy: Any, placement: Placement) -> tuple[Any, Any]:
+    """(the split's strategy, the Task's model split over its devices): the model made outside
+    any scope, built for the data when it is not, then placed (``train.split``)."""
+    model = model_setup.from_task(task)
+    if not model.built and inputs.is_arrays(task.train_data):
+        model_setup.build_for_data(model, task.train_data[0])
+    elif not model.built and _is_dataset(task.train_data):
+        model_setup.build_for_data(model, task.train_data)
+    if not model.built:
+        raise ConfigError(
+            "devices_per_replica splits a built model, and this one is not built",
+            value=model.name,
+            fix="give the model a keras.Input (or call model.build(input_shape)) in Task.model",
+        )
+    return split.placed(
+        model,
+        devices_per_replica=placement.devices_per_replica or 1,
+        micro_batches=placement.micro_batches,
+        strategy=strategy,
+        batch=task.batch_size,
+    )
+
+
+def _is_dataset(x: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(x, tf.data.Dataset)
+
+
+def describe(source: Any) -> str:
+    """A data source in a few words, for a message."""
+    if inputs.is_arrays(source):
+        return f"arrays of {inputs.array_rows(source)} rows"
+    return getattr(source, "__qualname__", None) or type(source).__name__
+
+
+def _split(task: Task) -> tuple[Any, Any]:
+    """(train, eval) data: the last ``validation_split`` of arrays held out, as Keras's fit does."""
+    if not task.validation_split:
+        return task.train_data, task.eval_data
+    if not inputs.is_arrays(task.train_data):
+        raise ConfigError(
+            "validation_split needs arrays in memory; the training data is a " + describe(task.train_data),
+            value=task.validation_split,
+            fix="pass validation_data (a dataset, arrays or a directory) instead of validation_split",
+        )
+    if task.eval_data is not None:
+        raise ConfigError(
+            "validation_split and eval_data (validation_data) are both set: one would be ignored",
+            value=task.validation_split,
+            fix="pass one of them",
+        )
+    import tensorflow as tf
+
+    rows = inputs.array_rows(task.train_data)
+    cut = int(rows * (1.0 - task.validation_split))
+    if cut < 1 or cut == rows:
+        raise ConfigError(
+            f"validation_split {task.validation_split} of {rows} rows leaves no training or no validation rows",
+            value=task.validation_split,
+            fix="pass a fraction that leaves rows on both sides, e.g. 0.2",
+        )
+    head = tuple(tf.nest.map_structure(lambda a: a[:cut], part) for part in task.train_data)
+    tail = tuple(tf.nest.map_structure(lambda a: a[cut:], part) for part in task.train_data)
+    return head, tail

@@ -1,0 +1,256 @@
+"""``tfgpu.Trainer``: a training loop correct under every tf.distribute strategy, and fast on a GPU.
+
+Three parts, each its own module: a ``Setup`` (the model as it trains, the strategy, the inputs
+and the compiled functions: ``train.setup``), a loop over it (``train.loop``; under
+ParameterServerStrategy ``train.ps_loop``), and, with ``tune``, a tuning session
+(``train.tuning.session``) that measures configurations and hands back the one to train in. The
+Trainer joins them: it builds the setup and the loop, runs the tuning and the proof
+(``train.proof``) before the first step, and moves to the setup a tuning chose.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from tfgpu import choices, distribute
+from tfgpu.errors import ConfigError
+from tfgpu.train import callbacks as callback_setup
+from tfgpu.train import model as model_setup
+from tfgpu.train import proof, remat
+from tfgpu.train.loop import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
+from tfgpu.train.options import Progress, TrainOptions, TrainResult
+from tfgpu.train.ps_loop import ParameterServerLoop
+from tfgpu.train.setup import Setup
+from tfgpu.train.task import Task
+from tfgpu.train.tuning.kept import input_options
+from tfgpu.train.tuning.options import Config
+from tfgpu.train.tuning.result import Tuning
+from tfgpu.train.tuning.session import Session
+
+log = logging.getLogger(__name__)
+
+__all__ = ["OutOfMemoryError", "Progress", "TrainOptions", "TrainResult", "Trainer"]
+
+
+class Trainer:
+    """Train ``task`` under ``strategy`` (default: ``tfgpu.strategy()``).
+
+    ``options`` (a ``TrainOptions``) says how; any of its fields can also be given as a keyword,
+    the placement's included (``Trainer(task, steps_per_execution=8, checkpoint_dir="ck",
+    remat=True, devices_per_replica=2)``). ``on_progress`` is called with a ``Progress`` once per
+    log window, on the chief only.
+    """
+
+    def __init__(
+        self,
+        task: Task,
+        *,
+        strategy: Any = None,
+        options: TrainOptions | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+        **overrides: Any,
+    ) -> None:
+        options = TrainOptions.of(options, what="Trainer option", **overrides)
+        self.backup, others = callback_setup.split_backup(task.callbacks)
+        if self.backup is not None:
+            options = callback_setup.backup_options(options, self.backup)
+        self.options = options
+        self.task = task
+        self.on_progress = on_progress
+        self.setup = Setup.build(task, strategy=strategy, placement=options.placement)
+        if options.jit_compile and self.setup.xla_refused():
+            raise ConfigError(
+                "XLA cannot compile a step replicated over logical CPU devices (they share one XLA CPU device)",
+                value=list(distribute.replica_devices(self.setup.strategy)[0]),
+                fix="use jit_compile with GPUs or a single device, or leave it off on the CPU",
+            )
+        self._callbacks = others
+        self._record_steps()
+        self.loop: Loop = self._loop()
+        self.tuning: Tuning | None = None  # what tune=True (or a saved tuning) chose
+        self.proof: proof.Proof | None = None  # the replicas' first step against one device's
+        if options.tuning_file is not None:
+            session = Session(self.setup, options=options)
+            found, config = session.saved(options.tuning_file)
+            self._apply(session, found, config, why=f"from {options.tuning_file}")
+
+    def _loop(self) -> Loop:
+        kind = ParameterServerLoop if self.setup.parameter_server else EpochLoop
+        return kind(
+            self.setup,
+            options=self.options,
+            callbacks=self._callbacks,
+            backup=self.backup,
+            on_progress=self.on_progress,
+        )
+
+    def _record_steps(self) -> None:
+        k = self.options.execution_steps
+        choices.record(
+            "steps_per_execution",
+            k,
+            "asked for"
+            if self.options.steps_per_execution
+            else f"one compiled call per log window of {k} steps",
+        )
+
+    # -- what it trains ------------------------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        return self.setup.model
+
+    @property
+    def optimizer(self) -> Any:
+        return self.setup.model.optimizer
+
+    @property
+    def strategy(self) -> Any:
+        return self.setup.strategy
+
+    @property
+    def global_batch(self) -> int:
+        return self.setup.global_batch
+
+    @property
+    def replicas(self) -> int:
+        return self.setup.replicas
+
+    @property
+    def is_chief(self) -> bool:
+        return self.setup.is_chief
+
+    @property
+    def checkpoints(self) -> Any:
+        return self.loop.checkpoints
+
+    @property
+    def resumed_from(self) -> str | None:
+        return self.loop.resumed_from
+
+    def reset_epochs(self) -> None:
+        """Start counting epochs and steps from zero again (the weights stay)."""
+        self.loop.counters = Counters()
+
+    # -- tune=True -------------------------------------------------------------------------------
+    def tune(self, *, epochs: int | None = None, steps: int | None = None) -> Tuning:
+        """Measure the candidate configurations (``train.tuning``) and train with the fastest from
+        here on; returns the ``Tuning``. ``fit`` calls it first when ``tune`` is set;
+        ``tfgpu tune`` calls it alone. ``epochs``/``steps``: the run to come (sets the budget)."""
+        if self.tuning is None:
+            session = Session(self.setup, options=self.options)
+            found, config = session.measure(epochs=epochs, steps=steps)
+            self._apply(
+                session, found, config, why=f"kept from {found.reused}" if found.reused else "measured"
+            )
+        return self.tuning
+
+    def _apply(self, session: Session, found: Tuning, config: Config, *, why: str) -> None:
+        """Train with ``config`` (what ``found`` chose, in ``session``) from here on; the choices
+        say so, and why."""
+        if session.needs_own_setup(config):
+            self._switch(session.setup_for(config), why=why)
+        k = config.steps_per_execution
+        if k != self.options.execution_steps:
+            choices.record("steps_per_execution", k, f"tuned ({why})")
+        self.options = self.options.tuned(steps_per_execution=k, jit_compile=config.jit_compile)
+        self.loop.options = self.options
+        if config.input:
+            self.setup.train.set_tf_options(input_options())
+        chosen = ", ".join(f"{knob}={value}" for knob, value in found.choices.items())
+        choices.record("tuning", chosen or "as configured", why)
+        self.tuning = found
+
+    def _switch(self, trial: Setup, *, why: str) -> None:
+        """Train in ``trial``'s batch, on one device or in mixed precision from here on: a setup
+        (and loop) around the trial's model, which takes this model's state now (the untuned
+        run's: trials are restored). Said loudly: the batch is the user's to know (the learning
+        rate stays as given)."""
+        model = trial.model
+        if model is not self.model:
+            model.set_weights(self.model.get_weights())
+            model_setup.copy_optimizer_state(self.model, model, strategy=trial.strategy)
+            model.reset_metrics()  # its trials' figures (a resumed run restores its own below)
+        before = (self.global_batch, self.replicas, self.model.dtype_policy.name)
+        self.setup = self.setup.variant(
+            model=model, strategy=trial.strategy, batch=trial.global_batch, record=True
+        )
+        self._record_steps()
+        self.loop = self._loop()
+        after = (self.global_batch, self.replicas, self.model.dtype_policy.name)
+        for name, old, new in zip(("global_batch", "devices", "precision"), before, after, strict=True):
+            if old != new:
+                choices.record(name, new, f"tuned from {old} ({why})")
+                log.warning(
+                    "tfgpu tuning changed the %s from %s to %s (%s)", name.replace("_", " "), old, new, why
+                )
+
+    # -- fit and evaluate ----------------------------------------------------------------------
+    def fit(
+        self,
+        *,
+        epochs: int | None = None,
+        steps: int | None = None,
+        initial_epoch: int = 0,
+        verbose: Any = 0,
+        validation_freq: int | Any = 1,
+        validation_steps: int | None = None,
+    ) -> TrainResult:
+        """Train for ``epochs`` passes over the data (counting from ``initial_epoch``), or ``steps``
+        steps in all (resuming counts), calling the Task's Keras callbacks as ``Model.fit`` does.
+
+        ``verbose`` shows Keras's progress bar (0: none; tfgpu train prints its own lines).
+        Validation runs on ``eval_data`` after epochs that ``validation_freq`` names, up to
+        ``validation_steps`` batches; its figures are logged with a ``val_`` prefix.
+        """
+        check_length(epochs=epochs, steps=steps, initial_epoch=initial_epoch)
+        with remat.for_run(self.model, self.options.placement.remat):  # tuning measures it as it trains
+            if self.options.tune is not None and self.tuning is None:
+                self.tune(epochs=epochs, steps=steps)  # first: it may move the run to another setup
+                if verbose and self.is_chief:
+                    print(self.tuning.line())  # before the progress bars, as Keras prints its own
+            if self.proof is None and self.options.prove:
+                self.proof = self._prove()
+            loop = self.loop
+            if initial_epoch and not loop.resumed_from and loop.counters.at_start:
+                loop.counters.epoch = initial_epoch
+            result = loop.fit(
+                epochs=epochs,
+                steps=steps,
+                callbacks=loop.callback_list(verbose=verbose, epochs=epochs),
+                validation=Validation(validation_freq, validation_steps),
+            )
+        result.tuning = None if self.tuning is None else self.tuning.to_dict()
+        result.proof = None if self.proof is None else self.proof.to_dict()
+        return result
+
+    def evaluate(
+        self, data: Any = None, *, limit: int | None = None, callbacks: Any = None
+    ) -> dict[str, float]:
+        """The model's loss and metrics over every example of ``data`` (default: the task's eval
+        data), exact whatever the replicas and workers, with ``examples`` counted; up to ``limit``
+        batches."""
+        return self.loop.evaluate(data, limit=limit, callbacks=callbacks)
+
+    def _prove(self) -> proof.Proof | None:
+        """``train.proof`` before the first step: the replicas' step against one device's, on
+        the first batch; said once per model and compiled state."""
+        setup = self.setup
+        if setup.replicas < 2 or self.loop.counters.step or self.resumed_from or setup.direct:
+            return None
+        if proof.proved(setup.model, setup.strategy):
+            return None
+        source = setup.train
+        if source.arrays_given:  # tfgpu's own pipeline over tensors in memory: read again from its start
+            found = proof.prove(setup.model, setup.strategy, lambda: next(source.trial_iterator(None)))
+        else:  # reading the user's data again would move a shuffle, consume a generator, call a data
+            # function once more or read files: zeros of its shape test the scaling as well
+            found = proof.prove(
+                setup.model,
+                setup.strategy,
+                lambda: proof.zeros(setup.strategy, source.spec()),
+                rows="a batch of zeros shaped like the data's",
+            )
+        (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
+        return found

@@ -1,0 +1,187 @@
+"""A tuning session over a run's ``Setup``: it measures the candidate configurations (or reads a
+kept or saved choice), and returns what was chosen and the configuration to train in. The caller
+(``tfgpu.Trainer``) then trains with it: on the same setup, or on the setup ``setup_for`` made for
+another global batch, one device or a mixed precision. The session keeps its trial setups and
+model copies only while it lives."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from tfgpu import choices
+from tfgpu.train import timing
+from tfgpu.train.options import TrainOptions
+from tfgpu.train.setup import Setup
+from tfgpu.train.tuning import kept
+from tfgpu.train.tuning.options import Config, TuneOptions
+from tfgpu.train.tuning.result import Tuning
+from tfgpu.train.tuning.tuner import Bench, Tuner
+
+log = logging.getLogger(__name__)
+
+SetupKey = tuple[int, int, str | None]  # (global batch, replicas, mixed policy)
+
+
+class Session:
+    """Tuning of the run that ``setup`` and ``options`` describe (``tune``: what to tune)."""
+
+    def __init__(self, setup: Setup, *, options: TrainOptions, tune: TuneOptions | None = None) -> None:
+        self.setup, self.options = setup, options
+        self.tune = tune or options.tune or TuneOptions()
+        self._copies: dict[tuple[int, str | None], tuple[Any, Any]] = {}
+        self._setups: dict[SetupKey, Setup] = {}
+
+    @property
+    def untuned(self) -> Config:
+        """The run's configuration as asked for, before any tuning."""
+        return Config(self.options.execution_steps, False, self.options.jit_compile)
+
+    # -- measured, kept or saved ---------------------------------------------------------------
+    def measure(self, *, epochs: int | None, steps: int | None) -> tuple[Tuning, Config]:
+        """The kept choice for this run when there is one, else the measured one (kept for the
+        next run); and the configuration to train in. Several workers are not tuned."""
+        if self.setup.several_workers():
+            note = "not tuned: under several workers each would choose from its own timings"
+            choices.record("tuning", "none", note)
+            return Tuning(seconds=0.0, choices={}, gains={}, notes=[note]), self.untuned
+        parts = self.key_parts(self.tune.keyed)
+        key = kept.key_of(parts)
+        path = kept.kept_path(
+            checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=key
+        )
+        found, why = kept.load(path, parts) if self.tune.keep else (None, "")
+        if found is None:
+            found = self._measured(epochs=epochs, steps=steps, why=why)
+            found = dataclasses.replace(found, key=key, parts=parts)
+            if self.tune.keep and self.setup.is_chief:
+                kept.save(path, parts, found)
+        log.info("%s", found.line())
+        return found, kept.config_of(found, self.untuned)
+
+    def _measured(self, *, epochs: int | None, steps: int | None, why: str) -> Tuning:
+        source = self.setup.train
+        per_epoch = source.steps_per_epoch or source.known_length()
+        policy, precision_refused = self.setup.precision_for()
+        refused = {
+            "jit_compile": self.setup.xla_refused(),
+            "precision": precision_refused,
+            "batch_size": self.setup.batch_refused(),
+        }
+        tuner = Tuner(
+            self.bench(),
+            model=self.setup.model,
+            options=self.tune,
+            default=self.untuned,
+            batch=self.setup.global_batch,
+            run_steps=steps if steps is not None else (epochs or 1) * per_epoch if per_epoch else None,
+            fixed_steps=self.options.steps_per_execution is not None,
+            refused={k: why for k, why in refused.items() if why},
+            policy=policy,
+            replicas=self.setup.replicas,
+        )
+        started = time.perf_counter()
+        with timing.restored(self.setup.model):
+            _, chosen, gains = tuner.run()
+        notes = ([why] if why else []) + tuner.notes
+        return Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes)
+
+    def bench(self) -> Bench:
+        """How the tuner runs a configuration: on the setup it trains in, from a fresh iterator."""
+        from tfgpu.train.tuning.kept import input_options
+
+        return Bench(
+            iterator=lambda c: self.setup_for(c).train.trial_iterator(input_options() if c.input else None),
+            execution=lambda c: self.setup_for(c).function("train", jit_compile=c.jit_compile),
+            max_steps=self._max_steps,
+            model=lambda c: self.setup_for(c).model,
+        )
+
+    def saved(self, path: str) -> tuple[Tuning, Config]:
+        """A saved tuning's choice (``tfgpu train --config``), less what this run cannot train
+        with; what differs from the run it was measured on is said (it is used all the same: the
+        user asked for it)."""
+        found = dataclasses.replace(kept.read(path), notes=[])  # its own notes were its measurement's
+        changed = kept.differences(found.parts, self.key_parts(tuple(found.choices)))
+        if changed:
+            found.notes.append(f"measured for another run: {', '.join(changed)} differ")
+        return found, self._usable(kept.config_of(found, self.untuned), notes=found.notes)
+
+    def _usable(self, config: Config, *, notes: list[str]) -> Config:
+        """``config`` less what this run cannot train with: each dropped choice said in ``notes``."""
+        if config.batch == self.setup.global_batch:
+            config = dataclasses.replace(config, batch=None)
+        refused = {
+            "jit_compile": config.jit_compile and self.setup.xla_refused(),
+            "precision": config.precision and self.setup.precision_for()[1],
+            "batch": config.batch and self.setup.batch_refused(),
+        }
+        if self.setup.several_workers():
+            why = "under several workers only steps, input and XLA are"
+            refused.update(
+                precision=config.precision and why, batch=config.batch and why, devices=config.devices and why
+            )
+        untuned = self.untuned
+        named = {"jit_compile": "XLA", "precision": config.precision, "batch": f"batch {config.batch}"}
+        for field, why in refused.items():
+            if why:
+                notes.append(f"{named.get(field, 'one device')} not used: {why}")
+                config = dataclasses.replace(config, **{field: getattr(untuned, field)})
+        return config
+
+    def key_parts(self, knobs: tuple[str, ...]) -> dict[str, str]:
+        """What a tuning of this run depends on (``kept.key_parts``)."""
+        from tfgpu import distribute
+
+        devices, _ = distribute.replica_devices(self.setup.strategy)
+        return kept.key_parts(
+            model=self.setup.model,
+            spec=self.setup.train.spec(),
+            strategy=self.setup.strategy,
+            devices=devices,
+            knobs=knobs,
+            batch=self.setup.global_batch,
+        )
+
+    # -- the setups of configurations ----------------------------------------------------------
+    def setup_key(self, config: Config) -> SetupKey:
+        """What ``config`` trains in that needs a setup of its own: (global batch, replicas, policy)."""
+        return (
+            config.batch or self.setup.global_batch,
+            config.devices or self.setup.replicas,
+            config.precision,
+        )
+
+    def needs_own_setup(self, config: Config) -> bool:
+        return self.setup_key(config) != self.setup_key(self.untuned)
+
+    def setup_for(self, config: Config) -> Setup:
+        """The setup ``config`` runs in: the run's own, or (made once while the session lives) one
+        for another global batch, on one device, or on a copy of the model in mixed precision."""
+        key = self.setup_key(config)
+        if not self.needs_own_setup(config):
+            return self.setup
+        if key not in self._setups:
+            batch, devices, policy = key
+            model, strategy = self._copy(devices, policy)
+            self._setups[key] = self.setup.variant(model=model, strategy=strategy, batch=batch)
+        return self._setups[key]
+
+    def _copy(self, devices: int, policy: str | None) -> tuple[Any, Any]:
+        if (devices, policy) not in self._copies:
+            self._copies[devices, policy] = self.setup.copy_for(devices=devices, policy=policy)
+        return self._copies[devices, policy]
+
+    def _max_steps(self, config: Config) -> int | None:
+        """The steps one pass over the data gives in ``config``'s batch (0: not one batch)."""
+        from tfgpu.errors import ConfigError
+
+        _, devices, policy = self.setup_key(config)
+        self._copy(devices, policy)  # not a copy Keras can make: its ConfigError, for the tuner
+        try:
+            source = self.setup_for(config).train
+        except ConfigError:  # fewer rows than one batch of it
+            return 0
+        return source.steps_per_epoch or source.known_length()
