@@ -50,8 +50,12 @@ lint: $(STAMP)
 
 test: test-main test-estimator test-wheel
 
+# three processes, one after another: one process for the whole suite slowed as it went (tests that
+# take 6 s alone took 144 s near its end, 790 tests of models and iterators in one heap)
 test-main: lint
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=25
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[a-d]*.py
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[e-k]*.py
+	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[l-z]*.py
 
 # the fast lane, for each edit: no test that starts a process, reads a clock or trains a real model for
 # seconds (markers in pyproject.toml); make test runs them all

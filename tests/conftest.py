@@ -126,3 +126,24 @@ def _processes_carry_their_marker(request, monkeypatch):
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
     yield
+
+
+# -- the end of the run ------------------------------------------------------------------------------
+# pytest's unraisable-exception plugin collects garbage several times at the very end
+# (gc_collect_harder); a tf.data iterator freed there can wait for ever for its thread pool's
+# threads (UnboundedThreadPool::LogicalThreadWrapper's destructor under EagerTensor_dealloc, the
+# GIL held): the whole suite had passed and the process hung (py-spy, 2026-11-26). The results are
+# written by then, so the process leaves with pytest's exit status instead.
+_FINISHED: dict[str, int] = {}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _FINISHED["status"] = int(exitstatus)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "status" in _FINISHED:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_FINISHED["status"])

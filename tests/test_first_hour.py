@@ -276,3 +276,65 @@ def test_a_tensorflow_error_of_several_replicas_says_what_failed_and_where():
     )
     assert quiet.is_noise("\t [[{{node MultiDeviceIteratorGetNextFromShard}}]]")
     assert not quiet.is_noise("[[ a line of the user's own ]]")
+
+
+DIAGNOSED = """
+import tensorflow as tf
+
+
+def dataset():
+    return tf.data.Dataset.range(4096).map(lambda i: tf.fill([16], tf.cast(i, tf.float32))).batch(32)
+"""
+
+
+def _terminal_command(command: str, tmp_path: Path) -> tuple[str, ...]:
+    """The command as a user types it, with what it reads made in ``tmp_path``."""
+    import keras
+
+    if command == "tune":  # the task beside the user, as the command it prints names it
+        (tmp_path / "tasks.py").write_text((Path(__file__).parent / "tasks.py").read_text())
+        return (
+            "tune",
+            "tasks.py:make_task",
+            "--knobs",
+            "steps_per_execution",
+            "--budget",
+            "4",
+            "--out",
+            "t.json",
+        )
+    if command == "diagnose":
+        (tmp_path / "inputs.py").write_text(DIAGNOSED)
+        return ("diagnose", "--dataset", "inputs:dataset", "--step-time", "2ms")
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(3)]
+    )
+    model.save(tmp_path / "m.keras")
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(4000, 8)).astype("float32"))
+    return ("predict", "m.keras", "x.npy", "out")
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("command", ["tune", "diagnose", "predict"])
+def test_tune_diagnose_and_predict_on_an_80_column_terminal(command, tmp_path):
+    """As a person sees them (pyte reads the pty, 80 x 24): the command says something before
+    its work is done, only tfgpu's lines reach the screen, and none is wider than the terminal
+    (which would break it mid-word: rich breaks its own between words)."""
+    import tfgpu.quiet
+    from terminal import on_terminal
+
+    seen = on_terminal(
+        *_terminal_command(command, tmp_path), cwd=str(tmp_path), env={"TFGPU_LOGICAL_CPUS": "1"}
+    )
+    # diagnose exits 1 when it finds a bottleneck to fix (docs: exit codes)
+    assert seen.returncode in ((0, 1) if command == "diagnose" else (0,)), "\n".join(seen.lines)
+    assert [line for line in seen.lines if tfgpu.quiet.is_noise(line)] == [], seen.lines
+    assert seen.wider_than_the_terminal() == [], seen.lines
+    said = {
+        "tune": "tune: measuring steps per call",
+        "diagnose": "measuring the pipeline, the device",
+        "predict": "predict",
+    }
+    assert any(said[command] in line for line in seen.lines), seen.lines
+    if command != "predict":  # it talks while it measures (it was silent until the end: issue 44)
+        assert seen.total_s - seen.first_output_s > 0.5, (seen.first_output_s, seen.total_s)

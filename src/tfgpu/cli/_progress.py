@@ -73,6 +73,7 @@ PHASES = {  # what a phase of tfgpu demo does, shown as it starts
     "train": "train: training the model",
     "predict": "predict: predicting the held-out images",
     "report": "report: writing tfgpu-report.html",
+    "measure": "measuring the pipeline, the device and both",
 }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from tfgpu.cli import _common
+from tfgpu.cli._progress import phases
 from tfgpu.errors import ConfigError, InputError
 
 
@@ -119,15 +120,19 @@ def run(args: argparse.Namespace) -> int:
     if args.service_workers < 0:
         raise ConfigError("--service-workers must be 0 or more", value=args.service_workers, fix="pass 2")
     dataset = load_dataset(args.dataset)
-    result = diagnose(
-        dataset,
-        model=load_model(args.model) if args.model else None,
-        step_time_s=parse_duration(args.step_time) if args.step_time else None,
-        target_rate=args.target_rate,
-        steps=args.steps,
-        apply=args.apply,
-        service_workers=args.service_workers,
-    )
+    model = load_model(args.model) if args.model else None
+    step_time_s = parse_duration(args.step_time) if args.step_time else None
+    with phases("diagnose", machine_output=args.json) as progress:  # said as it starts, not at the end
+        progress("measure", 0, 0)
+        result = diagnose(
+            dataset,
+            model=model,
+            step_time_s=step_time_s,
+            target_rate=args.target_rate,
+            steps=args.steps,
+            apply=args.apply,
+            service_workers=args.service_workers,
+        )
     data = result.to_dict()
     if args.run_dir:
         from tfgpu.report.runs import save_run

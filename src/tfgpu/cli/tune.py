@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.cli import _common
+from tfgpu.cli._progress import phases
 from tfgpu.cli.train import batch_size_arg, tune_arg
 from tfgpu.errors import ConfigError, InputError
 
@@ -80,9 +81,12 @@ def run(args: argparse.Namespace) -> int:
         )
     asked = tuning.TuneOptions.from_arg(args.knobs, args.budget, auto_batch=args.batch_size == "auto")
     options = TrainOptions.of(tune=dataclasses.replace(asked, keep=False))  # the file is its record
-    trainer = Trainer(_task(args), options=options)
+    task = _task(args)
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
-    found = trainer.tune(epochs=epochs, steps=args.steps)
+    with phases("tune", machine_output=args.json) as progress:  # said as it starts, not at the end
+        progress("tune", 0, 0)
+        trainer = Trainer(task, options=options)
+        found = trainer.tune(epochs=epochs, steps=args.steps)
     if trainer.is_chief:
         tuning.save(out, found.parts, found)
     if args.json:
@@ -107,6 +111,7 @@ def _render(found: Any, *, out: Path, task: str | None) -> None:
     console = _common.out
     if found.trials:
         console.print(table)
-    console.print(found.line(), markup=False, soft_wrap=True)
-    command = f"tfgpu train {task or 'TASK'} --config {out}"
-    console.print(f"written: {out} (train with it: {command})", markup=False, soft_wrap=True)
+    console.print(found.line(), markup=False)  # wrapped between words, not by the terminal mid-word
+    console.print(f"written: {out}; train with it:", markup=False)
+    # the command on a line of its own, never broken by rich: copied whole even when it is long
+    console.print(f"  tfgpu train {task or 'TASK'} --config {out}", markup=False, soft_wrap=True)

@@ -2,8 +2,9 @@
 copies (in another strategy's scope, split over devices), each tied to the model's compiled state.
 
 Keras keeps ``train_function`` on the model and drops it in ``compile()``
-(``keras/src/trainers/trainer.py``); tfgpu's functions and copies live here, keyed by the model
-(weakly: a model that goes, goes with its entry) and dropped or brought up to date when the
+(``keras/src/trainers/trainer.py``); tfgpu's functions and copies are kept here, on the model as
+Keras keeps its own, so they go when the model goes (a registry keyed weakly by the model kept
+every model alive: its functions hold it), and are dropped or brought up to date when the
 compiled state changes: a re-compile (a new optimizer, loss or metrics), a ``trainable`` flag
 changed (the transfer-learning guide's second phase), a remat mode set for a run. Before this
 module, four registries across ``model``, ``split``, ``execution`` and the Trainer each kept part
@@ -12,7 +13,6 @@ of it, and ``model``, ``execution`` and ``remat`` imported each other in a cycle
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +27,7 @@ class _Entry:
     copies: dict[Any, list[Any]] = field(default_factory=dict)  # key -> [copy, state it follows]
 
 
-_ENTRIES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> _Entry
+ATTRIBUTE = "_tfgpu_cache"  # on the model itself, as Keras keeps train_function there
 
 
 def compiled_state(model: Any) -> tuple[Any, ...]:
@@ -58,12 +58,17 @@ def same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 def _entry(model: Any) -> _Entry:
     """``model``'s entry, its functions dropped when the compiled state changed since they were made."""
     state = compiled_state(model)
-    entry = _ENTRIES.get(model)
+    entry = _kept(model)
     if entry is None:
-        entry = _ENTRIES[model] = _Entry(state)
+        entry = _Entry(state)
+        object.__setattr__(model, ATTRIBUTE, entry)  # past Keras's attribute tracking
     elif not same_state(entry.state, state):
         entry.state, entry.functions = state, {}
     return entry
+
+
+def _kept(model: Any) -> _Entry | None:
+    return vars(model).get(ATTRIBUTE)
 
 
 def function(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
@@ -90,7 +95,7 @@ def forget(model: Any) -> None:
     """Drop every compiled function of ``model``: its variables were replaced (``model.rehome``),
     and a function traced before would go on updating the old ones (an evaluation after a
     re-home read metrics its step no longer updated: 0.76 where Keras said 0.81)."""
-    entry = _ENTRIES.get(model)
+    entry = _kept(model)
     if entry is not None:
         entry.functions = {}
 
@@ -123,7 +128,7 @@ def copy(
 
 def copies(model: Any) -> dict[Any, Any]:
     """``model``'s copies by key (for inspection)."""
-    entry = _ENTRIES.get(model)
+    entry = _kept(model)
     return {} if entry is None else {k: v[0] for k, v in entry.copies.items()}
 
 
