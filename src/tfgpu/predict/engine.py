@@ -269,11 +269,8 @@ def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tu
         )
     loaded = load_keras_model(path)
     placement = Placement(devices_per_replica=options.devices_per_replica)
-    placed_strategy, placed = split.placed(
-        loaded,
-        devices_per_replica=placement.devices_per_replica or 1,
-        strategy=strategy,
-        batch=options.batch_size // split.replicas(placement, strategy=strategy),
+    placed_strategy, placed = split.placed_for(
+        loaded, placement, strategy=strategy, global_batch=options.batch_size
     )
     return placed_strategy, keras_predictor(placed, name=path.name)
 

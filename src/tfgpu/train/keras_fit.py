@@ -113,7 +113,6 @@ def fit(
     acting = None if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
     per_batch = int(getattr(model, "steps_per_execution", 1) or 1) if acting else None
     options = TrainOptions.of(
-        what="tfgpu.fit keyword",
         tune=tune,
         tune_budget_s=tune_budget_s,
         auto_batch=auto_batch,

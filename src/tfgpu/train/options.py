@@ -172,7 +172,7 @@ class TrainOptions:
         """The tree from flat keywords (``remat=``, ``tune=True``, ``tune_budget_s=`` ...), over
         ``base``'s values; an unknown keyword is refused with the names there are.
         ``auto_batch``: the batch size is tuned too (``batch_size="auto"``)."""
-        refuse_unknown(flat, cls.names() - {"tune_budget_s"}, what=what)
+        refuse_unknown(flat, cls.names(), what=what)
         base = base or cls()
         # None for a field whose default is not None means "not given" (an unset CLI flag)
         flat = {k: v for k, v in flat.items() if v is not None or _DEFAULTS.get(k) is None}

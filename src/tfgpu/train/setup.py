@@ -33,9 +33,6 @@ class Setup:
     train: inputs.Input
     eval_source: Any  # the evaluation data (Task.eval_data, or the held-out validation_split)
     global_batch: int
-    batched: bool  # a tf.data.Dataset brings its own global batches (the per-replica batch is 1)
-    direct: bool  # the input is fed without distributing it (a strategy of one local device)
-    input_strategy: Any
     cluster: Any  # the cluster spec under several workers, else None
     _eval: dict[str, inputs.Input] = field(default_factory=dict, repr=False, compare=False)
 
@@ -75,15 +72,26 @@ class Setup:
             train=train,
             eval_source=eval_data,
             global_batch=global_batch,
-            batched=_is_dataset(task.train_data),
-            direct=feed is None,
-            input_strategy=feed or strategy,
             cluster=spec,
         )
         model_setup.build(model, strategy, train.spec())
         return setup
 
     # -- what it is ----------------------------------------------------------------------------
+    @property
+    def batched(self) -> bool:
+        """A tf.data.Dataset brings its own global batches (the per-replica batch is 1)."""
+        return self.train.is_dataset
+
+    @property
+    def direct(self) -> bool:
+        """The input is fed without distributing it (a strategy of one local device)."""
+        return self.train.direct
+
+    @property
+    def input_strategy(self) -> Any:
+        return self.train.strategy
+
     @property
     def replicas(self) -> int:
         return int(self.strategy.num_replicas_in_sync)

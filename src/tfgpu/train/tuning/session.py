@@ -26,11 +26,12 @@ SetupKey = tuple[int, int, str | None]  # (global batch, replicas, mixed policy)
 
 
 class Session:
-    """Tuning of the run that ``setup`` and ``options`` describe (``tune``: what to tune)."""
+    """Tuning of the run that ``setup`` and ``options`` describe (``options.tune``: what to tune;
+    the default knobs when it is unset, as ``Trainer.tune()`` asks)."""
 
-    def __init__(self, setup: Setup, *, options: TrainOptions, tune: TuneOptions | None = None) -> None:
+    def __init__(self, setup: Setup, *, options: TrainOptions) -> None:
         self.setup, self.options = setup, options
-        self.tune = tune or options.tune or TuneOptions()
+        self.tune = options.tune or TuneOptions()
         self._copies: dict[tuple[int, str | None], tuple[Any, Any]] = {}
         self._setups: dict[SetupKey, Setup] = {}
 
