@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune bench-tune-fresh clean
+.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune bench-tune-fresh clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,11 @@ test-main: lint
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[a-d]*.py
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[e-k]*.py
 	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[l-z]*.py
+
+# make test on a fresh clone of HEAD beside two busy TensorFlow jobs (the suite must pass on a shared
+# machine); prints its status and seconds
+test-loaded: $(STAMP)
+	bash bench/loaded.sh
 
 # the fast lane, for each edit: no test that starts a process, reads a clock or trains a real model for
 # seconds (markers in pyproject.toml); make test runs them all
