@@ -137,7 +137,6 @@ def test_a_split_under_several_workers_is_refused(monkeypatch):
     assert caught.value.value == "2 tasks in TF_CONFIG" and "--gpus-per-proc" in caught.value.fix
 
 
-@pytest.mark.process
 def test_remat_of_a_split_layer_recomputes_a_pure_function_of_its_weights():
     """A split wraps each layer's call to place it; remat still finds the layer behind the
     wrapper, so its recomputation takes the weights read before the forward pass (a layer missed
@@ -152,6 +151,7 @@ def test_remat_of_a_split_layer_recomputes_a_pure_function_of_its_weights():
     assert remat.owner_of(keras.activations.relu) is None
 
 
+@pytest.mark.process
 @pytest.mark.heavy
 def test_tfgpu_train_with_remat_over_two_devices_per_replica_is_one_device(tmp_path):
     """``tfgpu train --remat --devices-per-replica 2`` on 2 logical CPUs (one replica, its layers
