@@ -11,10 +11,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# tune=True keeps its choices in tfgpu's cache and reuses them: each test run gets its own, in this
+# process and the processes it starts, so no run reuses what another (or the user's own) kept
+os.environ["TFGPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfgpu-test-cache-")
 LOGICAL_CPUS = 3
 # Tests that do not test GPU code hide the GPU, here and in every process they start: on a GPU
 # host each test process would otherwise initialize the GPU (seconds each, and its memory). Tests
