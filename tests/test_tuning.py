@@ -421,11 +421,8 @@ def test_a_dispatch_bound_model_gets_more_steps_per_call(tmp_path, monkeypatch):
     dispatch, and the tuner finds that many steps per call are faster (several times: an effect
     load cannot flip). The budget is never spent here: beside two busy TensorFlow jobs a 10 s
     budget ran out before the ladder reached 16 (kept 1), a race with the clock, not a finding."""
-    from tfgpu.train.tuning import tuner
-
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(tuner.Tuner, "spent", lambda self, what: False)
-    monkeypatch.setattr(tuner.Tuner, "_no_room", lambda self, round_s, *, proof: False)
+    unbounded(monkeypatch)
     x, y = data()
     history = tfgpu.fit(
         in_scope(local_strategy(1), model),
@@ -811,6 +808,13 @@ def forced(monkeypatch):
     from tfgpu.train.tuning import tuner
 
     monkeypatch.setattr(tuner, "decide", lambda ratios, gain=tuning.MIN_GAIN: True)
+    unbounded(monkeypatch)
+
+
+def unbounded(monkeypatch):
+    """The tuning budget is never spent: every planned trial runs, however slow this machine is."""
+    from tfgpu.train.tuning import tuner
+
     monkeypatch.setattr(tuner.Tuner, "spent", lambda self, what: False)
     monkeypatch.setattr(tuner.Tuner, "_no_room", lambda self, round_s, *, proof: False)
 
