@@ -50,12 +50,9 @@ lint: $(STAMP)
 
 test: test-main test-estimator test-wheel
 
-# three processes, one after another: one process for the whole suite slowed as it went (tests that
-# take 6 s alone took 144 s near its end, 790 tests of models and iterators in one heap)
+# two lanes side by side, each a pytest process per group of files (.ci/test_main.sh says why)
 test-main: lint
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[a-d]*.py
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[e-k]*.py
-	HYPOTHESIS_PROFILE=ci $(BIN)/python -m pytest -q --durations=10 tests/test_[l-z]*.py
+	bash .ci/test_main.sh $(BIN)/python
 
 # make test on a fresh clone of HEAD beside two busy TensorFlow jobs (the suite must pass on a shared
 # machine); prints its status and seconds
