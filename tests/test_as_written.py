@@ -79,7 +79,7 @@ def test_keras_still_has_what_the_scaling_wraps():
 
     keras_loss = losses.check_keras()
     assert keras_loss.reduce_values(tf.constant(3.0)).shape == ()  # still returned early, unscaled
-    with local_strategy(2).scope(), losses.scaled_scalar_losses():
+    with local_strategy(2).scope(), losses.scaled_as_one_device():
         assert float(keras_loss.reduce_values(tf.constant(3.0))) == pytest.approx(1.5)
     assert keras_loss.reduce_values.__module__ == "keras.src.losses.loss"
 
@@ -284,20 +284,24 @@ def _photos(root, *, per_class: int, size: int) -> None:
 
 @pytest.mark.process  # convert's workers
 @pytest.mark.heavy
-def test_a_converted_directory_trains_in_whole_steps_on_two_replicas(tmp_path, clean_choices):
+def test_a_converted_directory_trains_its_short_last_batch_as_on_one_device(tmp_path, clean_choices):
     """Item 7: a converted image directory whose batch count is odd crashed on 2 replicas (600 rows
     at batch 128: the last step gave replica 1 an empty batch, and Conv2D on the CPU turned it into
     `Matrix size-incompatible: In[0]: [0,3]`); fewer rows than one global batch said "gave no batch,
-    Received: 'str'". Now whole steps only, and the short case says its rows."""
+    Received: 'str'". Then whole steps only; now, on one worker, the directory's global batches are
+    split over the replicas as a Dataset's are, the short last one trained, as on one device. A
+    remainder with fewer rows than replicas is dropped (a replica would have none)."""
     import keras
 
     import tfgpu
+    from tfgpu import choices
     from tfgpu.data.convert import ConvertOptions, convert
 
-    _photos(tmp_path / "photos", per_class=50, size=16)  # 100 rows: 5 batches of 20, 2 whole steps
+    _photos(tmp_path / "photos", per_class=50, size=16)  # 100 rows
     convert(tmp_path / "photos", tmp_path / "data", options=ConvertOptions(min_shards=2))
 
     def build():
+        keras.utils.set_random_seed(0)
         return keras.Sequential(
             [
                 keras.Input((16, 16, 3)),
@@ -308,20 +312,80 @@ def test_a_converted_directory_trains_in_whole_steps_on_two_replicas(tmp_path, c
             ]
         )
 
-    def task(batch_size):
-        return tfgpu.Task(
+    def fit(batch_size, replicas):
+        task = tfgpu.Task(
             model=build,
             loss="sparse_categorical_crossentropy",
             from_logits=True,
             train_data=str(tmp_path / "data"),
             batch_size=batch_size,
+            shuffle=False,
         )
+        trainer = tfgpu.Trainer(task, strategy=local_strategy(replicas), monitor_gpus=False)
+        return trainer.fit(epochs=2), trainer.model.get_weights()
 
-    trainer = tfgpu.Trainer(task(20), strategy=local_strategy(2), monitor_gpus=False)
-    result = trainer.fit(epochs=2)
-    assert result.steps == 4
-    with pytest.raises(ConfigError, match="100 rows, fewer than one global batch \\(120\\)"):
-        tfgpu.Trainer(task(60), strategy=local_strategy(2), monitor_gpus=False).fit(epochs=1)
+    one, expected = fit(40, 1)  # 40, 40 and 20 rows a step
+    assert one.steps == 6
+    two, weights = fit(20, 2)  # the same steps, the short one 10 and 10
+    assert two.steps == 6
+    for ours, theirs in zip(weights, expected, strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert fit(60, 2)[0].steps == 2  # 100 rows, fewer than one global batch (120): one step of 50 and 50
+    choices.clear()
+    assert fit(11, 3)[0].steps == 6  # 3 x 33 and 1 row: dropped
+    assert choices.as_dict()["short last batch"]["value"] == "1 row dropped each epoch"
+
+
+# -- item 7: short last batches trained as one device trains them --------------------------------
+@pytest.mark.parametrize(("replicas", "rows"), [(2, 101), (3, 100)])  # last batch 5 (2+3), 4 (1+1+2)
+@pytest.mark.parametrize("loss", ["mse", mean_squared])
+def test_a_short_last_batch_of_arrays_trains_as_on_one_device(replicas, rows, loss, clean_choices):
+    """Arrays trained ``rows // batch`` steps (the short last batch dropped), and fewer rows than
+    one global batch were refused; Keras trains the short batch. Now it is cut over the replicas
+    as evenly as rows allow, each replica's loss scaled by its share of the rows."""
+    x, y = regression(rows)
+    fit = dict(batch_size=24, epochs=2, shuffle=False, verbose=0)
+    reference = small(loss)
+    expected = reference.fit(x, y, **fit).history
+    model = small(loss)
+    history = tfgpu.fit(model, x, y, strategy=local_strategy(replicas), **fit)
+    assert history.history["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    for ours, theirs in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+    assert history.train_result.steps == 2 * 5
+
+
+def test_fewer_rows_than_a_global_batch_train_as_keras_and_fewer_than_replicas_are_refused(clean_choices):
+    """keras-io's "training with built-in methods" fits its endpoint model on 3 rows: one short
+    batch, 2 rows and 1 on 2 replicas. A row fewer than the replicas is refused, with the count."""
+    x, y = regression(3)
+    reference = small()
+    expected = reference.fit(x, y, epochs=2, shuffle=False, verbose=0).history
+    model = small()
+    history = tfgpu.fit(model, x, y, epochs=2, shuffle=False, verbose=0, strategy=local_strategy(2))
+    assert history.history["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    np.testing.assert_allclose(model.get_weights()[0], reference.get_weights()[0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match="1 row, fewer than one per replica \\(2 replicas\\)"):
+        tfgpu.fit(small(), x[:1], y[:1], verbose=0, strategy=local_strategy(2))
+
+
+def test_a_dataset_split_unevenly_every_step_trains_as_on_one_device(clean_choices):
+    """A global batch the replicas do not divide (24 on 3 is even; 32 on 3 is 11, 11, 10 every
+    step, and the last batch of 100 rows, 4, is 2, 1, 1). tfgpu weighed each replica's mean
+    alike, 1/3, as Keras scales it (Keras's own fit under the strategy fails here: "Inputs to
+    operation AddN ... must have the same size and shape"); now by its share of the rows."""
+    x, y = regression(100)
+
+    def dataset():
+        return tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+
+    reference = small()
+    expected = reference.fit(dataset(), epochs=2, verbose=0).history
+    model = small()
+    history = tfgpu.fit(model, dataset(), epochs=2, verbose=0, strategy=local_strategy(3))
+    assert history.history["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    for ours, theirs in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
 # -- item 2: the replicas' first step proved against one device's, on the user's model ------------
@@ -364,6 +428,35 @@ def test_the_first_step_is_proved_equal_to_one_device_and_changes_nothing(loss, 
     for ours, without in zip(runs[True][0], runs[False][0], strict=True):
         np.testing.assert_array_equal(ours, without)
     assert runs[True][1].history["loss"] == runs[False][1].history["loss"]
+
+
+def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(monkeypatch, clean_choices):
+    """A model too big for a second copy of its variables on one device: the one-device step runs
+    out of memory, the proof says so ("not checked"), and the run trains as without it."""
+    import tensorflow as tf
+
+    from tfgpu.train import proof
+
+    stepped = proof._step
+
+    def out_of_memory(strategy, model, batch):
+        if strategy.num_replicas_in_sync == 1:
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,4]")
+        return stepped(strategy, model, batch)
+
+    x, y = regression()
+    monkeypatch.setattr(proof, "_step", out_of_memory)
+    with local_strategy(2).scope():
+        model = small("mse")
+    history = tfgpu.fit(model, x, y, **FIT)
+    assert history.train_result.proof["status"] == "not checked"
+    assert "one device could not hold the step" in history.train_result.proof["sentence"]
+    monkeypatch.undo()
+    with local_strategy(2).scope():
+        unproved = small("mse")
+    tfgpu.fit(unproved, x, y, prove=False, **FIT)
+    for ours, theirs in zip(model.get_weights(), unproved.get_weights(), strict=True):
+        np.testing.assert_array_equal(ours, theirs)
 
 
 def test_a_step_that_averages_over_its_replicas_rows_is_said_with_its_cause(caplog, clean_choices):

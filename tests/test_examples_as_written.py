@@ -17,14 +17,15 @@ replica (Dropout's masks, random augmentation layers, a loss added with ``add_lo
 scales by 1/replicas), the reference is Keras's own fit of the same model moved into the same
 2-replica MirroredStrategy in place (``test_guides.KerasUnder``), and the docstring says so.
 
-Row counts fill every training batch: tfgpu drops a short last batch of arrays in training so that
-each replica gets an equal share, where Keras trains on it (docs/from-model-fit.md). A name the
+Row counts mostly fill every training batch, as they were chosen when tfgpu dropped a short last
+batch of arrays (it trains it now, as Keras does: docs/from-model-fit.md). A name the
 example rebinds from data both runs share (``x_train = x_train.astype(...)``) is given a short
 twin (``x_tr``) inside the run; plots and ``summary()`` calls are left out, and what a run
 returns for comparison is collected in a dict.
 
-Found here: a dataset whose short last batch splits unevenly over the replicas trains to other
-weights than one device (``ODD_LAST_BATCH``, xfail); Keras's own ``predict`` of a model with
+Found here: a dataset whose short last batch splits unevenly over the replicas trained to other
+weights than one device (each replica's mean scaled by 1/replicas, not by its share of the rows,
+as in Keras's own ``fit``; fixed in ``tfgpu/train/losses.py``); Keras's own ``predict`` of a model with
 BatchNormalization under a MirroredStrategy fails on one row (replica 1 gets an empty batch),
 tfgpu's does not.
 """
@@ -879,20 +880,12 @@ def jena_climate(rows: int):
     )
 
 
-ODD_LAST_BATCH = (
-    "tfgpu bug: a tf.data.Dataset whose short last batch splits unevenly over the replicas (21 rows:"
-    " 11 and 10) trains to other weights than one device: each replica's mean loss is scaled by"
-    " 1/replicas as if the shares were equal (the step's gradient is the mean of the two replicas'"
-    " means, not the batch's mean); Keras's own fit under the same MirroredStrategy does the same"
-)
-
-
 @pytest.mark.heavy
 @pytest.mark.parametrize(
     "rows",
     [
         1002,  # 694 training windows: 21 batches of 32 and one of 22, 11 rows a replica
-        pytest.param(1000, marks=pytest.mark.xfail(strict=True, reason=ODD_LAST_BATCH)),  # 693: 21 rows last
+        1000,  # 693: 21 rows last, 11 and 10 a replica
     ],
 )
 def test_timeseries_weather_forecasting_example(tmp_path, monkeypatch, rows):
@@ -912,8 +905,8 @@ def test_timeseries_weather_forecasting_example(tmp_path, monkeypatch, rows):
     plots left out.
 
     The training dataset's last batch is short, as the example's is: with 1002 rows its 22 rows
-    split 11/11 over the replicas and tfgpu equals one device; with 1000 rows (21 rows, 11/10)
-    it does not (``ODD_LAST_BATCH``, xfail).
+    split 11/11 over the replicas; with 1000 rows, 21 split 11/10, and each replica's loss is
+    scaled by its share of the rows (``tfgpu/train/losses.py``): tfgpu equals one device on both.
     """
     raw = jena_climate(rows)
 

@@ -1060,8 +1060,7 @@ def test_mnist_convnet_example():
     """keras-io examples/vision/mnist_convnet.py: a Sequential convnet with Dropout(0.5) on
     (28, 28, 1) images, one-hot labels (``to_categorical``), ``batch_size=128`` and
     ``validation_split=0.1``, evaluate. 712 rows: ``validation_split`` leaves 640 training rows,
-    five full batches of 128 (tfgpu drops a short last batch of arrays in training, so that every
-    replica gets an equal share; Keras trains on it: docs/from-model-fit.md), and 72 validation
+    five full batches of 128, and 72 validation
     rows (an odd count split 15/14 over 2 replicas fails Keras's own fit under the strategy,
     "Inputs to operation AddN ... must have the same size and shape"; tfgpu takes it).
     The example builds it outside any scope; Dropout's masks are per replica, so the reference is
@@ -1311,7 +1310,7 @@ def test_tf_basic_classification_tutorial(how):
     replicas in this process, where Keras's default batch of 32 does not split evenly).
     Test-only: ``shuffle=False``; 60000 images -> 256 or 264, Dense 128 -> 32, epochs 10 -> 2.
     """
-    # full batches: 256 rows at 32 (2 replicas), 264 at 33 (3): tfgpu drops a short last batch
+    # full batches: 256 rows at 32 (2 replicas), 264 at 33 (3)
     rows = 256 if how == "strategy-passed" else 264
     (train_images, train_labels), (test_images, test_labels) = guides.fashion_mnist(train=rows)
     train_images = train_images / 255.0

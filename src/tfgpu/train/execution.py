@@ -137,13 +137,15 @@ def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable
 
     if model.optimizer is not None and _replicated(strategy):
         accumulation.enable(model.optimizer)  # Keras's own fails there (keras-team/keras#20582)
-    step = tf.function(model.train_step, jit_compile=True) if jit_compile else model.train_step
+    step = losses.sharing(model.train_step)  # each replica's losses scaled by its share of the rows
+    if jit_compile:
+        step = tf.function(step, jit_compile=True)
     step_logs = StepLogs(strategy, model)
 
     def body(batch: Any, state: Any, index: Any) -> Any:
         finite_steps, examples, last = state
-        with losses.scaled_scalar_losses():  # a 0-d loss trains as on one device
-            outputs = strategy.run(step, args=(batch,))
+        with losses.scaled_as_one_device():  # a 0-d loss, an uneven split: as on one device
+            outputs = losses.run(strategy, step, batch)
         # the logged loss is the epoch's running mean: non-finite from the first bad step on, so
         # the count of finite steps is that step's index (two scalar ops a step, no comparison)
         return (
@@ -227,7 +229,7 @@ def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, An
         return tf.cond(rows > 0, run, skip)[1]
 
     def body(batch: Any, state: Any, index: Any) -> Any:
-        with losses.scaled_scalar_losses():  # a 0-d loss reported as on one device
+        with losses.scaled_as_one_device():  # a 0-d loss reported as on one device
             outputs = strategy.run(replica, args=(batch,))
         return step_logs.update(outputs, state)
 

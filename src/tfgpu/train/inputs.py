@@ -7,9 +7,11 @@ source is built once per Trainer and a fresh iterator is taken each epoch:
 - arrays in memory, ``(x, y)`` or ``(x, y, sample_weight)`` with x an array or a dict of arrays:
   made into tensors once; batches are gathered by index, as Keras does for arrays. Training
   batches follow a stateless permutation seeded by ``(Task.seed, epoch)``, so a resumed run sees
-  the same order as an uninterrupted one; the remainder of a global batch is dropped. One
-  dataset runs over all epochs and its iterator is kept (see ``Input``). Evaluation takes every
-  row once.
+  the same order as an uninterrupted one. The short last batch is trained, as Keras trains it,
+  split over the replicas as evenly as rows allow (each replica's loss scaled by its share:
+  ``losses``); only a remainder with fewer rows than replicas is dropped, since a replica with
+  no rows fails some kernels (oneDNN's Conv2D) and skews BatchNormalization. One dataset runs
+  over all epochs and its iterator is kept (see ``Input``). Evaluation takes every row once.
 - ``fn(input_context, per_replica_batch)``: called once per worker. A function that also takes an
   ``epoch`` keyword asks to be called again each epoch, with the epoch (for orders it seeds itself).
 - a tfgpu dataset directory: ``tfgpu.data.pipeline``, whose shuffles reshuffle on each iteration.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import itertools
 import math
 import os
 from collections.abc import Callable
@@ -75,6 +78,28 @@ def array_rows(source: Any) -> int:
             fix="pass x, y (and sample weights) with one row per example each",
         )
     return next(iter(counts.values()))
+
+
+def training_steps(rows: int, global_batch: int, replicas: int) -> int:
+    """Steps in an epoch of arrays: the whole global batches and the short last one, unless it has
+    fewer rows than replicas (each replica gets at least one row of a step); refused when none."""
+    whole, short = divmod(rows, global_batch)
+    steps = whole + (1 if short >= replicas else 0)
+    if steps == 0:
+        raise ConfigError(
+            f"train_data has {rows} row{'s' * (rows != 1)}, fewer than one per replica ({replicas} replicas)",
+            value=rows,
+            fix="give at least one row per replica, or train on fewer replicas (strategy=)",
+        )
+    if 0 < short < replicas:
+        from tfgpu import choices
+
+        choices.record(
+            "short last batch",
+            f"{short} row{'s' * (short > 1)} dropped each epoch",
+            f"fewer rows than the {replicas} replicas: a replica would have none",
+        )
+    return steps
 
 
 def _refuse_fewer_rows_than_a_batch(rows: int, global_batch: int) -> None:
@@ -143,23 +168,48 @@ class Input:
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
         self._arrays_given = is_arrays(source)
+        self._drop_remainder: bool | None = None  # a directory's: None is the pipeline's default
         if training and isinstance(source, (str, os.PathLike)):
-            from tfgpu import data
-
-            _refuse_fewer_rows_than_a_batch(data.load(source).known_rows, global_batch)
+            self._check_directory_rows(source)
         if self._arrays_given:
             if self._weigh is not None:
                 source = self._weigh(*source)
             rows = array_rows(source)
-            if training:
-                _refuse_fewer_rows_than_a_batch(rows, global_batch)
             with tf.device("/cpu:0"):
                 self._tensors = tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source)))
             self._rows = rows
             if training:
-                self.steps_per_epoch = rows // global_batch
+                self.steps_per_epoch = training_steps(rows, global_batch, self.replicas)
                 with tf.device("/cpu:0"):
                     self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
+
+    def _check_directory_rows(self, source: Any) -> None:
+        """On one worker a directory's global batches are split by the strategy, the short last
+        one trained unless it has fewer rows than replicas; across workers each replica reads its
+        own batches from its worker's files, in whole steps."""
+        from tfgpu import data
+
+        rows = data.load(source).known_rows
+        if not self._split_globally():
+            _refuse_fewer_rows_than_a_batch(rows, self.global_batch)
+            return
+        replicas = self.replicas
+        if rows >= 0:
+            training_steps(rows, self.global_batch, replicas)
+        self._drop_remainder = rows < 0 or 0 < rows % self.global_batch < replicas
+
+    def _split_globally(self) -> bool:
+        """A training directory read on one worker as one pipeline of global batches."""
+        return (
+            self.training
+            and isinstance(self.source, (str, os.PathLike))
+            and (self.strategy is None or not distribute.spans_workers(self.strategy))
+        )
+
+    @property
+    def replicas(self) -> int:
+        """The replicas in sync (1 with no strategy: one replica read directly)."""
+        return 1 if self.strategy is None else self.strategy.num_replicas_in_sync
 
     @property
     def arrays_given(self) -> bool:
@@ -251,6 +301,8 @@ class Input:
         make = self._per_worker(epoch)
         if self.direct:
             return make(tf.distribute.InputContext())
+        if self._split_globally():  # global batches, split over the replicas as a Dataset's are
+            return self.strategy.experimental_distribute_dataset(make(tf.distribute.InputContext()))
         return self.strategy.distribute_datasets_from_function(make)
 
     def _per_worker(self, epoch: int) -> Callable[[Any], Any]:
@@ -278,53 +330,88 @@ class Input:
                     source,
                     batch_size=per_replica,
                     input_context=ctx,
-                    options=_pipeline_options(task, training),
+                    options=_pipeline_options(task, training, drop_remainder=self._drop_remainder),
                 )
             return dataset.map(self._weigh) if self._weigh is not None else dataset
 
         return make
 
     def _arrays(self, ctx: Any, per_replica: int) -> Any:
-        """Index batches of this worker, gathered from the tensors a chunk of batches at a time."""
+        """Index batches of this worker, gathered from the tensors a chunk of batches at a time;
+        in evaluation, this worker's share of the rows in batches, every row once."""
+        import tensorflow as tf
+
+        from tfgpu.data.pipeline import in_memory_options
+
+        if self.training:
+            return self._training_arrays(ctx, per_replica)
+        rows, tensors = self._rows, self._tensors
+        lo = ctx.input_pipeline_id * rows // ctx.num_input_pipelines
+        hi = (ctx.input_pipeline_id + 1) * rows // ctx.num_input_pipelines
+        index = tf.data.Dataset.range(lo, hi, per_replica).map(
+            lambda s: tf.range(s, tf.minimum(s + per_replica, hi))
+        )
+        return (
+            _gather_in_chunks(index, tensors, per_replica=per_replica, training=False)
+            .prefetch(tf.data.AUTOTUNE)
+            .with_options(in_memory_options(tf))
+        )
+
+    def _training_arrays(self, ctx: Any, per_replica: int) -> Any:
+        """This worker's training batches over the epochs: in each epoch's permutation, its
+        replicas' slices of each whole global batch, then of the short last one (cut evenly:
+        replica g of N takes rows ``g * short // N`` to ``(g + 1) * short // N``)."""
         import tensorflow as tf
 
         from tfgpu.data.pipeline import in_memory_options
 
         rows, tensors = self._rows, self._tensors
-        local = max(1, ctx.num_replicas_in_sync // ctx.num_input_pipelines)
-        if self.training:
-            global_batch = per_replica * ctx.num_replicas_in_sync
-            steps, offset = rows // global_batch, ctx.input_pipeline_id * per_replica * local
-            shuffle, seed = self.task.shuffle, self.task.seed
+        replicas = ctx.num_replicas_in_sync
+        local = max(1, replicas // ctx.num_input_pipelines)
+        global_batch = per_replica * replicas
+        whole, short = divmod(rows, global_batch)
+        first = ctx.input_pipeline_id * local  # this worker's first replica
+        offset = first * per_replica
+        cuts = [whole * global_batch + g * short // replicas for g in range(first, first + local + 1)]
+        tail = short >= replicas
+        shuffle, seed = self.task.shuffle, self.task.seed
 
-            def epoch_order(epoch: Any) -> Any:
-                # the epoch's permutation, cut into this worker's per-replica slices of each
-                # global batch: [steps * local, per_replica]
-                order = tf.range(rows, dtype=tf.int64)
-                if shuffle:
-                    key = tf.stack([tf.constant(seed, tf.int64), epoch])
-                    order = tf.random.experimental.stateless_shuffle(order, seed=key)
-                mine = tf.reshape(order[: steps * global_batch], [steps, global_batch])
-                mine = mine[:, offset : offset + local * per_replica]
-                return tf.data.Dataset.from_tensor_slices(tf.reshape(mine, [steps * local, per_replica]))
+        def order_of(epoch: Any) -> Any:
+            order = tf.range(rows, dtype=tf.int64)
+            if shuffle:
+                key = tf.stack([tf.constant(seed, tf.int64), epoch])
+                order = tf.random.experimental.stateless_shuffle(order, seed=key)
+            return order
 
-            # built once: a new iterator starts at the epoch the variable holds then
-            start = self._first_epoch
-            epochs = tf.data.Dataset.from_tensors(0).flat_map(
-                lambda _: tf.data.Dataset.range(start.read_value(), tf.int64.max)
+        def whole_batches(order: Any) -> Any:
+            # this worker's per-replica slices of each global batch: [whole * local, per_replica]
+            mine = tf.reshape(order[: whole * global_batch], [whole, global_batch])
+            mine = mine[:, offset : offset + local * per_replica]
+            return tf.data.Dataset.from_tensor_slices(tf.reshape(mine, [whole * local, per_replica]))
+
+        def with_short_batch(epoch: Any) -> Any:
+            order = order_of(epoch)
+            gathered = _gather_in_chunks(
+                whole_batches(order), tensors, per_replica=per_replica, training=True
             )
-            index = epochs.flat_map(epoch_order)
-        else:
-            lo = ctx.input_pipeline_id * rows // ctx.num_input_pipelines
-            hi = (ctx.input_pipeline_id + 1) * rows // ctx.num_input_pipelines
-            index = tf.data.Dataset.range(lo, hi, per_replica).map(
-                lambda s: tf.range(s, tf.minimum(s + per_replica, hi))
+            last = tf.data.Dataset.from_tensors(order[cuts[0] : cuts[1]])
+            for a, b in itertools.pairwise(cuts[1:]):
+                last = last.concatenate(tf.data.Dataset.from_tensors(order[a:b]))
+            return gathered.concatenate(
+                _gather_in_chunks(last, tensors, per_replica=per_replica, training=False)
             )
-        return (
-            _gather_in_chunks(index, tensors, per_replica=per_replica, training=self.training)
-            .prefetch(tf.data.AUTOTUNE)
-            .with_options(in_memory_options(tf))
+
+        # built once: a new iterator starts at the epoch the variable holds then
+        start = self._first_epoch
+        epochs = tf.data.Dataset.from_tensors(0).flat_map(
+            lambda _: tf.data.Dataset.range(start.read_value(), tf.int64.max)
         )
+        if tail:  # each epoch gathered on its own: its last batch has another shape
+            batches = epochs.flat_map(with_short_batch)
+        else:
+            index = epochs.flat_map(lambda epoch: whole_batches(order_of(epoch)))
+            batches = _gather_in_chunks(index, tensors, per_replica=per_replica, training=True)
+        return batches.prefetch(tf.data.AUTOTUNE).with_options(in_memory_options(tf))
 
 
 def _as_keras_packs(parts: tuple[Any, ...]) -> Any:
@@ -355,13 +442,18 @@ def _copied_to_each_worker(dataset: Any) -> Callable[[Any], Any]:
     return copy
 
 
-def _pipeline_options(task: Task, training: bool) -> Any:
+def _pipeline_options(task: Task, training: bool, *, drop_remainder: bool | None = None) -> Any:
     """The Task's pipeline options as training (or evaluation) reads a dataset directory."""
     from tfgpu.data.options import PipelineOptions
 
     given = task.pipeline or PipelineOptions()
     return dataclasses.replace(
-        given, training=training, supervised=True, seed=task.seed, shuffle=task.shuffle and given.shuffle
+        given,
+        training=training,
+        supervised=True,
+        seed=task.seed,
+        shuffle=task.shuffle and given.shuffle,
+        drop_remainder=given.drop_remainder if drop_remainder is None else drop_remainder,
     )
 
 
@@ -458,10 +550,10 @@ def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: b
     return index.batch(chunk).map(gather, num_parallel_calls=host.cores()).unbatch()
 
 
-def steps_per_epoch(source: Any, global_batch: int) -> int | None:
+def steps_per_epoch(source: Any, global_batch: int, replicas: int) -> int | None:
     """Training steps in one epoch when the source says (arrays, a dataset directory), else None."""
     if is_arrays(source):
-        return array_rows(source) // global_batch
+        return training_steps(array_rows(source), global_batch, replicas)
     if not isinstance(source, str | os.PathLike):
         return None
     from tfgpu import data

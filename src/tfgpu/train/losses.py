@@ -1,18 +1,29 @@
-"""A loss that returns one number (a 0-d mean over the batch) scaled for the replicas like any other.
+"""Losses scaled for the replicas as one device trains: a 0-d loss, and a batch split unevenly.
 
 Keras 3 scales a loss reduced over the batch by 1/replicas (``scale_loss_for_distribution``) so that
-the replicas' gradients, summed, are one device's. Its ``reduce_values`` returns a value that is
-already 0-d before that step (``keras/src/losses/loss.py``: ``tuple(values.shape) == ()`` returns
-early), so a loss function ending in ``ops.mean(...)`` (keras-io's contrastive loss, countless user
-losses) trains N times too far on N replicas and reports N times the loss, silently, in Keras's own
-``fit`` as well. Measured: Dense(4) -> Dense(1), SGD(0.1), batch 32, 2 epochs: one device's losses
-[1.27, 1.08], 2 replicas [2.45, 2.19], weights 0.09 apart.
+the replicas' gradients, summed, are one device's. Two cases break that, silently, in Keras's own
+``fit`` as well:
 
-While tfgpu traces a step (``scaled_scalar_losses``), a 0-d value reduced as a mean
-(``sum_over_batch_size``, ``mean``, ``mean_with_sample_weight``) is scaled as a per-example loss
-of the same mean would be: on one replica nothing changes, on N it equals one device. Only the
-trace sees it: Keras's own ``fit`` and anything traced elsewhere are left as Keras makes them.
-``check_keras`` fails loudly if a Keras release moves what this relies on.
+- A 0-d loss. Keras's ``reduce_values`` returns a value that is already 0-d before that step
+  (``keras/src/losses/loss.py``: ``tuple(values.shape) == ()`` returns early), so a loss function
+  ending in ``ops.mean(...)`` (keras-io's contrastive loss, countless user losses) trains N times
+  too far on N replicas and reports N times the loss. Measured: Dense(4) -> Dense(1), SGD(0.1),
+  batch 32, 2 epochs: one device's losses [1.27, 1.08], 2 replicas [2.45, 2.19], weights 0.09 apart.
+- A batch split unevenly: 1/N is right only when every replica holds 1/N of the rows. A short last
+  batch (21 rows on 2 replicas: 11 and 10), or a global batch the replicas do not divide (32 on 3:
+  11, 11, 10, every step) gives each replica's mean the same weight, not its share of the rows
+  (keras-io's weather example, 1000 rows, batch 256 on 2 replicas: weights 5e-3 off one device's
+  after 2 epochs).
+
+While tfgpu traces a step (``scaled_as_one_device``), a 0-d value reduced as a mean
+(``sum_over_batch_size``, ``mean``, ``mean_with_sample_weight``) is scaled as a per-example loss of
+the same mean would be; and inside ``run`` each replica's mean losses are scaled by its share of
+the step's rows (r_i / r, its rows over all replicas' rows), the loss tracker's figure unscaled
+by r / r_i, so the replicas' summed gradients and the tracker's epoch mean equal one device's on
+any split. r is summed from the local replicas' shapes on one worker; across workers it takes one
+scalar all-reduce a step. Only the trace sees it: Keras's own ``fit`` and anything traced elsewhere
+are left as Keras makes them. ``check_keras`` fails loudly if a Keras release moves what this
+relies on.
 """
 
 from __future__ import annotations
@@ -27,7 +38,8 @@ from tfgpu import choices
 _MEANS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
 _lock = threading.Lock()
 _depth = 0
-_original: Any = None
+_originals: dict[str, Any] = {}
+_share = threading.local()  # .rows: (this replica's rows, all replicas' rows) in a step ``run`` traces
 
 
 def check_keras() -> Any:
@@ -35,12 +47,11 @@ def check_keras() -> Any:
     (the one function this module wraps); a clear error names what moved."""
     from keras.src.losses import loss as keras_loss
 
-    if not callable(getattr(keras_loss, "reduce_values", None)) or not callable(
-        getattr(keras_loss, "scale_loss_for_distribution", None)
-    ):
+    names = ("reduce_values", "scale_loss_for_distribution", "unscale_loss_for_distribution")
+    if not all(callable(getattr(keras_loss, name, None)) for name in names):
         raise RuntimeError(
-            "keras.src.losses.loss no longer has reduce_values / scale_loss_for_distribution: "
-            "tfgpu's scaling of 0-d losses (tfgpu/train/losses.py) needs updating for this Keras"
+            f"keras.src.losses.loss no longer has {' / '.join(names)}: tfgpu's scaling of losses "
+            "for the replicas (tfgpu/train/losses.py) needs updating for this Keras"
         )
     return keras_loss
 
@@ -63,17 +74,45 @@ def _scaled(original: Any, keras_loss: Any) -> Any:
     return reduce_values
 
 
+def _by_share(original: Any, *, unscale: bool) -> Any:
+    """Keras's (un)scaling, by this replica's share of the step's rows where ``run`` set it."""
+
+    def scaled(value: Any) -> Any:
+        rows = getattr(_share, "rows", None)
+        if rows is None:
+            return original(value)
+        import tensorflow as tf
+
+        mine, whole = (tf.cast(n, value.dtype) for n in rows)
+        ratio = tf.math.divide_no_nan(whole, mine) if unscale else tf.math.divide_no_nan(mine, whole)
+        # an empty replica (a last batch with fewer rows than replicas) adds 0: its mean over no
+        # rows can be NaN (a 0-d ops.mean), and its tracker figure weighs 0 rows
+        return tf.where(mine > 0, value * ratio, tf.zeros_like(value))
+
+    return scaled
+
+
 @contextlib.contextmanager
-def scaled_scalar_losses() -> Iterator[None]:
-    """Inside, Keras scales a 0-d loss for the replicas (see the module docstring). Re-entrant and
-    safe across the replica threads MirroredStrategy traces in: the wrapper stays in place while
-    any caller is inside."""
-    global _depth, _original
+def scaled_as_one_device() -> Iterator[None]:
+    """Inside, Keras scales a 0-d loss for the replicas, and a replica's losses by its share of the
+    rows under ``run`` (see the module docstring). Re-entrant and safe across the replica threads
+    MirroredStrategy traces in: the wrappers stay in place while any caller is inside."""
+    global _depth
     keras_loss = check_keras()
     with _lock:
         if _depth == 0:
-            _original = keras_loss.reduce_values
-            keras_loss.reduce_values = _scaled(_original, keras_loss)
+            _originals.update(
+                reduce_values=keras_loss.reduce_values,
+                scale_loss_for_distribution=keras_loss.scale_loss_for_distribution,
+                unscale_loss_for_distribution=keras_loss.unscale_loss_for_distribution,
+            )
+            keras_loss.scale_loss_for_distribution = _by_share(
+                _originals["scale_loss_for_distribution"], unscale=False
+            )
+            keras_loss.unscale_loss_for_distribution = _by_share(
+                _originals["unscale_loss_for_distribution"], unscale=True
+            )
+            keras_loss.reduce_values = _scaled(_originals["reduce_values"], keras_loss)
         _depth += 1
     try:
         yield
@@ -81,5 +120,59 @@ def scaled_scalar_losses() -> Iterator[None]:
         with _lock:
             _depth -= 1
             if _depth == 0:
-                keras_loss.reduce_values = _original
-                _original = None
+                for name, original in _originals.items():
+                    setattr(keras_loss, name, original)
+                _originals.clear()
+
+
+@contextlib.contextmanager
+def share(mine: Any, whole: Any) -> Iterator[None]:
+    """Inside (on this thread), losses scale by ``mine / whole``: this replica's rows over the
+    step's. Enter it in the function that calls ``train_step`` (an XLA-compiled step takes both
+    as arguments)."""
+    kept = getattr(_share, "rows", None)
+    _share.rows = None if mine is None else (mine, whole)
+    try:
+        yield
+    finally:
+        _share.rows = kept
+
+
+def first_rows(batch: Any) -> Any:
+    """The rows of a (replica's) batch, as Keras's loss tracker counts them: its first leaf's."""
+    import tensorflow as tf
+
+    return tf.shape(tf.nest.flatten(batch)[0])[0]
+
+
+def run(strategy: Any, step: Any, batch: Any) -> Any:
+    """``strategy.run(step, (batch, mine, whole))``: each replica's step is given its rows and the
+    step's rows over all replicas, for ``share``. Call inside ``scaled_as_one_device``."""
+    import tensorflow as tf
+
+    from tfgpu import distribute
+
+    if strategy.num_replicas_in_sync == 1:
+        return strategy.run(step, args=(batch, None, None))
+    local = strategy.experimental_local_results(tf.nest.flatten(batch)[0])
+    across_workers = distribute.spans_workers(strategy) and not distribute.is_parameter_server(strategy)
+    summed = None if across_workers else tf.add_n([tf.shape(part)[0] for part in local])
+
+    def replica(batch: Any) -> Any:
+        mine = first_rows(batch)
+        whole = summed
+        if whole is None:  # several workers: one scalar all-reduce
+            whole = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, mine)
+        return step(batch, mine, whole)
+
+    return strategy.run(replica, args=(batch,))
+
+
+def sharing(train_step: Any) -> Any:
+    """fn(batch, mine, whole) -> ``train_step(batch)`` with its losses scaled by ``mine / whole``."""
+
+    def step(batch: Any, mine: Any, whole: Any) -> Any:
+        with share(mine, whole):
+            return train_step(batch)
+
+    return step

@@ -80,7 +80,10 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
     except tf.errors.ResourceExhaustedError:
         _assign(variables, before)
         return Proof(
-            "not checked", "not checked: one device could not hold the step on the whole batch", replicas
+            "not checked",
+            "not checked: one device could not hold the step with a second copy of the model's "
+            "variables (out of memory)",
+            replicas,
         )
     except Exception as error:  # the check must never stop a run that would train: said, and skipped
         _assign(variables, before)
@@ -183,8 +186,8 @@ def _step(strategy: Any, model: Any, batch: Any) -> dict[str, float]:
     # each replica's thread); TensorFlow's warning of a tf.function made per call is for a loop
     @tf.function
     def run(batch: Any) -> None:
-        with losses.scaled_scalar_losses():
-            strategy.run(model.train_step, args=(batch,))
+        with losses.scaled_as_one_device():
+            losses.run(strategy, losses.sharing(model.train_step), batch)
 
     tf_log = logging.getLogger("tensorflow")
     level = tf_log.level

@@ -26,7 +26,7 @@ class ParameterServerLoop(Loop):
 
         setup = self.setup
         per_epoch = setup.task.steps_per_epoch or inputs.steps_per_epoch(
-            setup.task.train_data, setup.global_batch
+            setup.task.train_data, setup.global_batch, setup.strategy.num_replicas_in_sync
         )
         steps = self._steps(epochs=epochs, steps=steps, per_epoch=per_epoch)
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(setup.strategy)
