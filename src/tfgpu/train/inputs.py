@@ -443,7 +443,8 @@ def _copied_to_each_worker(dataset: Any) -> Callable[[Any], Any]:
 
 
 def _pipeline_options(task: Task, training: bool, *, drop_remainder: bool | None = None) -> Any:
-    """The Task's pipeline options as training (or evaluation) reads a dataset directory."""
+    """The Task's pipeline options as training (or evaluation) reads a dataset directory;
+    ``drop_remainder`` where the Task's options leave it unset."""
     from tfgpu.data.options import PipelineOptions
 
     given = task.pipeline or PipelineOptions()
@@ -453,7 +454,7 @@ def _pipeline_options(task: Task, training: bool, *, drop_remainder: bool | None
         supervised=True,
         seed=task.seed,
         shuffle=task.shuffle and given.shuffle,
-        drop_remainder=given.drop_remainder if drop_remainder is None else drop_remainder,
+        drop_remainder=drop_remainder if given.drop_remainder is None else given.drop_remainder,
     )
 
 

@@ -39,7 +39,7 @@ _MEANS = ("sum_over_batch_size", "mean", "mean_with_sample_weight")
 _lock = threading.Lock()
 _depth = 0
 _originals: dict[str, Any] = {}
-_share = threading.local()  # .rows: (this replica's rows, all replicas' rows) in a step ``run`` traces
+_share = threading.local()  # .ratios: (rows / all replicas' rows, the inverse) in a step ``run`` traces
 
 
 def check_keras() -> Any:
@@ -75,19 +75,18 @@ def _scaled(original: Any, keras_loss: Any) -> Any:
 
 
 def _by_share(original: Any, *, unscale: bool) -> Any:
-    """Keras's (un)scaling, by this replica's share of the step's rows where ``run`` set it."""
+    """Keras's (un)scaling, by this replica's share of the step's rows where ``share`` set it."""
 
     def scaled(value: Any) -> Any:
-        rows = getattr(_share, "rows", None)
-        if rows is None:
+        ratios = getattr(_share, "ratios", None)
+        if ratios is None:
             return original(value)
         import tensorflow as tf
 
-        mine, whole = (tf.cast(n, value.dtype) for n in rows)
-        ratio = tf.math.divide_no_nan(whole, mine) if unscale else tf.math.divide_no_nan(mine, whole)
-        # an empty replica (a last batch with fewer rows than replicas) adds 0: its mean over no
-        # rows can be NaN (a 0-d ops.mean), and its tracker figure weighs 0 rows
-        return tf.where(mine > 0, value * ratio, tf.zeros_like(value))
+        # 0 for an empty replica (a last batch with fewer rows than replicas), even where its
+        # mean over no rows is NaN (a 0-d ops.mean): it adds nothing, and its tracker figure
+        # weighs 0 rows
+        return tf.math.multiply_no_nan(value, tf.cast(ratios[1 if unscale else 0], value.dtype))
 
     return scaled
 
@@ -127,42 +126,61 @@ def scaled_as_one_device() -> Iterator[None]:
 
 @contextlib.contextmanager
 def share(mine: Any, whole: Any) -> Iterator[None]:
-    """Inside (on this thread), losses scale by ``mine / whole``: this replica's rows over the
-    step's. Enter it in the function that calls ``train_step`` (an XLA-compiled step takes both
-    as arguments)."""
-    kept = getattr(_share, "rows", None)
-    _share.rows = None if mine is None else (mine, whole)
+    """Inside (on this thread), losses scale by ``mine / whole`` (this replica's rows over the
+    step's) and the tracker's figure by ``whole / mine``; ``mine`` None: as Keras scales. Enter
+    it in the function that calls ``train_step`` (an XLA-compiled step takes both as arguments).
+    The two ratios are computed once a step: each loss then costs one multiply."""
+    import tensorflow as tf
+
+    kept = getattr(_share, "ratios", None)
+    if mine is None:
+        _share.ratios = None
+    else:
+        mine, whole = tf.cast(mine, tf.float32), tf.cast(whole, tf.float32)
+        _share.ratios = (tf.math.divide_no_nan(mine, whole), tf.math.divide_no_nan(whole, mine))
     try:
         yield
     finally:
-        _share.rows = kept
+        _share.ratios = kept
 
 
 def first_rows(batch: Any) -> Any:
-    """The rows of a (replica's) batch, as Keras's loss tracker counts them: its first leaf's."""
+    """The rows of a (replica's) batch, as Keras's loss tracker counts them: its first leaf's
+    (a Python int where the shape is static)."""
     import tensorflow as tf
 
-    return tf.shape(tf.nest.flatten(batch)[0])[0]
+    leaf = tf.nest.flatten(batch)[0]
+    static = leaf.shape[0] if leaf.shape.rank else None
+    return static if static is not None else tf.shape(leaf)[0]
 
 
 def run(strategy: Any, step: Any, batch: Any) -> Any:
     """``strategy.run(step, (batch, mine, whole))``: each replica's step is given its rows and the
-    step's rows over all replicas, for ``share``. Call inside ``scaled_as_one_device``."""
+    step's rows over all replicas, for ``share`` (None for both where Keras's 1/replicas is exact:
+    one replica, or on one worker a split the static shapes show even). Call inside
+    ``scaled_as_one_device``."""
     import tensorflow as tf
 
     from tfgpu import distribute
 
     if strategy.num_replicas_in_sync == 1:
         return strategy.run(step, args=(batch, None, None))
-    local = strategy.experimental_local_results(tf.nest.flatten(batch)[0])
+    local = [first_rows(part) for part in strategy.experimental_local_results(tf.nest.flatten(batch)[0])]
     across_workers = distribute.spans_workers(strategy) and not distribute.is_parameter_server(strategy)
-    summed = None if across_workers else tf.add_n([tf.shape(part)[0] for part in local])
+    if not across_workers and all(isinstance(n, int) for n in local):
+        if len(set(local)) == 1:
+            return strategy.run(step, args=(batch, None, None))
+        summed: Any = sum(local)  # uneven but static (32 rows on 3 replicas): constants
+    else:
+        summed = None if across_workers else tf.add_n([tf.convert_to_tensor(n) for n in local])
 
     def replica(batch: Any) -> Any:
         mine = first_rows(batch)
         whole = summed
         if whole is None:  # several workers: one scalar all-reduce
-            whole = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, mine)
+            whole = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, tf.convert_to_tensor(mine)
+            )
         return step(batch, mine, whole)
 
     return strategy.run(replica, args=(batch,))
