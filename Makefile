@@ -20,7 +20,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-memory bench-tune bench-tune-fresh clean
+.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,7 +76,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix src tests tests_estimator bench examples
 	$(BIN)/ruff format src tests tests_estimator bench examples
 
-bench: bench-data bench-train bench-fit bench-memory bench-tune bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
+bench: bench-data bench-train bench-fit bench-share bench-memory bench-tune bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
 
 bench-data: $(STAMP)
 	cd bench && ../$(BIN)/python data_bench.py
@@ -86,6 +86,9 @@ bench-train: $(STAMP)
 
 bench-fit: $(STAMP)
 	cd bench && ../$(BIN)/python fit_bench.py
+
+bench-share: $(STAMP)
+	cd bench && ../$(BIN)/python share_bench.py --pin
 
 bench-memory: $(STAMP)
 	cd bench && ../$(BIN)/python memory_bench.py --pin
