@@ -48,7 +48,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples
 	$(BIN)/ruff format --check --no-cache src tests tests_estimator bench examples
 
-test: test-main test-estimator test-wheel
+# the Estimator lane and the wheel run in the second test lane once its tests end (the first is longer)
+test: lint $(STAMP)
+	bash .ci/test_main.sh $(BIN)/python "$(MAKE) --no-print-directory test-estimator test-wheel"
 
 # two lanes side by side, each a pytest process per group of files (.ci/test_main.sh says why)
 test-main: lint

@@ -7,9 +7,12 @@
 # the suite passes beside two busy TensorFlow jobs (make test-loaded), so each lane beside the
 # other is a load it holds, and the 2 cores are kept busy through each lane's process starts and
 # waits. Each lane's output is printed when it ends; the status is the first failure's.
-#   bash .ci/test_main.sh PYTHON
+# AFTER, a command, runs in lane 2 after its tests (make test: the Estimator lane and the wheel,
+# while lane 1, the longer, still runs).
+#   bash .ci/test_main.sh PYTHON [AFTER]
 set -uo pipefail
 python="$1"
+after="${2:-}"
 logs="$(mktemp -d)"
 run() {  # run GROUP...: each group's pytest in turn (all of them: one CI run shows every failure)
   local status=0 code
@@ -22,10 +25,21 @@ run() {  # run GROUP...: each group's pytest in turn (all of them: one CI run sh
 }
 run "tests/test_[a-d]*.py" "tests/test_[l-z]*.py" >"$logs/1" 2>&1 &
 one=$!
-run "tests/test_[e-k]*.py" >"$logs/2" 2>&1 &
+lane2() {
+  local status=0 code
+  run "tests/test_[e-k]*.py"
+  status=$?
+  if [ -n "$after" ]; then
+    bash -c "$after"
+    code=$?
+    if [ "$status" -eq 0 ]; then status=$code; fi
+  fi
+  return $status
+}
+lane2 >"$logs/2" 2>&1 &
 two=$!
 wait $two; second=$?
-echo "== lane 2: tests/test_[e-k]*.py (exit $second)"; cat "$logs/2"
+echo "== lane 2: tests/test_[e-k]*.py${after:+, then $after} (exit $second)"; cat "$logs/2"
 wait $one; first=$?
 echo "== lane 1: tests/test_[a-d]*.py, tests/test_[l-z]*.py (exit $first)"; cat "$logs/1"
 rm -rf "$logs"
