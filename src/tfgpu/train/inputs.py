@@ -80,11 +80,17 @@ def array_rows(source: Any) -> int:
     return next(iter(counts.values()))
 
 
+def trains_short_batch(rows: int, global_batch: int, replicas: int) -> bool:
+    """Whether an epoch of ``rows`` ends in a short batch that is trained: one with at least a row
+    for each replica (with fewer, a replica would have none, and the rows are dropped)."""
+    return rows % global_batch >= replicas
+
+
 def training_steps(rows: int, global_batch: int, replicas: int) -> int:
     """Steps in an epoch of arrays: the whole global batches and the short last one, unless it has
-    fewer rows than replicas (each replica gets at least one row of a step); refused when none."""
+    fewer rows than replicas (``trains_short_batch``); refused when none."""
     whole, short = divmod(rows, global_batch)
-    steps = whole + (1 if short >= replicas else 0)
+    steps = whole + trains_short_batch(rows, global_batch, replicas)
     if steps == 0:
         raise ConfigError(
             f"train_data has {rows} row{'s' * (rows != 1)}, fewer than one per replica ({replicas} replicas)",
@@ -193,10 +199,9 @@ class Input:
         if not self._split_globally():
             _refuse_fewer_rows_than_a_batch(rows, self.global_batch)
             return
-        replicas = self.replicas
         if rows >= 0:
-            training_steps(rows, self.global_batch, replicas)
-        self._drop_remainder = rows < 0 or 0 < rows % self.global_batch < replicas
+            training_steps(rows, self.global_batch, self.replicas)
+        self._drop_remainder = rows < 0 or not trains_short_batch(rows, self.global_batch, self.replicas)
 
     def _split_globally(self) -> bool:
         """A training directory read on one worker as one pipeline of global batches."""
@@ -373,7 +378,7 @@ class Input:
         first = ctx.input_pipeline_id * local  # this worker's first replica
         offset = first * per_replica
         cuts = [whole * global_batch + g * short // replicas for g in range(first, first + local + 1)]
-        tail = short >= replicas
+        tail = trains_short_batch(rows, global_batch, replicas)
         shuffle, seed = self.task.shuffle, self.task.seed
 
         def order_of(epoch: Any) -> Any:
