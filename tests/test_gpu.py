@@ -136,3 +136,56 @@ print(json.dumps({
     assert result["on_gpu"] and result["predict_matches"]
     assert result["val_auc"] == pytest.approx(result["keras_val_auc"], rel=1e-3)
     assert result["eval"] == pytest.approx(result["keras_eval"], rel=1e-4)
+
+
+def test_as_written_losses_and_short_batches_train_as_one_gpu_on_logical_gpus():
+    """Issue 43 on a real GPU: the H100 split into 3 logical GPUs. A model built at module level
+    with a 0-d function loss, arrays with a short last batch (101 rows, batch 24: 5 rows on 2
+    replicas) and a dataset split unevenly every step (32 on 3) train to one GPU's weights."""
+    code = """
+import json
+import numpy as np, keras, tensorflow as tf
+gpu = tf.config.list_physical_devices("GPU")[0]
+tf.config.set_logical_device_configuration(gpu, [tf.config.LogicalDeviceConfiguration(memory_limit=2048)] * 3)
+tf.config.experimental.enable_tensor_float_32_execution(False)  # fp32 matmuls, comparable to 1e-5
+import tfgpu
+
+def mean_squared(y, p):
+    return keras.ops.mean(keras.ops.square(y - p))
+
+def small():
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=mean_squared)
+    return model
+
+def mirrored(n):
+    devices = [f"/gpu:{i}" for i in range(n)]
+    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(101, 4)).astype("float32"); y = rng.normal(size=(101, 1)).astype("float32")
+out = {}
+with tf.device("/gpu:0"):
+    reference = small()
+    expected = reference.fit(x, y, batch_size=24, epochs=2, shuffle=False, verbose=0).history["loss"]
+model = small()  # built at module level, outside any scope
+history = tfgpu.fit(model, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0, strategy=mirrored(2))
+out["arrays"] = {"loss": history.history["loss"], "expected": expected,
+    "weights": max(float(np.max(np.abs(a - b))) for a, b in zip(model.get_weights(), reference.get_weights()))}
+dataset = lambda: tf.data.Dataset.from_tensor_slices((x, y)).batch(32)
+with tf.device("/gpu:0"):
+    reference = small()
+    expected = reference.fit(dataset(), epochs=2, verbose=0).history["loss"]
+model = small()
+history = tfgpu.fit(model, dataset(), epochs=2, verbose=0, strategy=mirrored(3))
+out["dataset"] = {"loss": history.history["loss"], "expected": expected,
+    "weights": max(float(np.max(np.abs(a - b))) for a, b in zip(model.get_weights(), reference.get_weights()))}
+out["on_gpu"] = "GPU" in model.trainable_variables[0].value.device
+print(json.dumps(out))
+"""
+    result = run_python(code, timeout=600)
+    assert result["on_gpu"]
+    for case in ("arrays", "dataset"):
+        assert result[case]["loss"] == pytest.approx(result[case]["expected"], rel=1e-4), case
+        assert result[case]["weights"] < 1e-4, case
