@@ -1,5 +1,5 @@
 #!/bin/bash
-# One lent GPU session's measurements, in order of what matters most, each under its own timeout,
+# One lent GPU session's measurements, in order of what matters most (the gpu tests, the demo, the training bench first), each under its own timeout,
 # logs under $OUT (../shared/gpu/README.md: run through .gpu/on_device.sh, which puts TensorFlow 2.21
 # and this checkout's src/ on the path): the device seen, doctor, the training bench, the
 # predict-on-arrays bench, the demo's time and the gpu-marked tests (about 12 minutes at most).
@@ -17,8 +17,8 @@ step() {  # step NAME SECONDS COMMAND...: the command's output to $OUT/NAME.log,
   tail -n 12 "$OUT/$name.log"
 }
 step device 60 sh -c 'nvidia-smi -L; python3 -c "import tensorflow as tf; print(tf.__version__, tf.config.list_physical_devices(\"GPU\"))"'
-step doctor 60 tfgpu doctor
-step gpu_bench 220 python3 bench/gpu_bench.py --repeats 3
-rm -rf /tmp/demo && mkdir -p /tmp/demo && (cd /tmp/demo && step demo 130 tfgpu demo)
-step predict_arrays 60 python3 bench/predict_arrays_bench.py --devices 1 --processes 1 --rounds 3
 step gpu_tests 240 python3 -m pytest -q -x -m gpu tests/test_gpu.py -p no:cacheprovider
+rm -rf /tmp/demo && mkdir -p /tmp/demo && (cd /tmp/demo && step demo 130 tfgpu demo)
+step gpu_bench 220 python3 bench/gpu_bench.py --repeats 3
+step doctor 60 tfgpu doctor
+step predict_arrays 60 python3 bench/predict_arrays_bench.py --devices 1 --processes 1 --rounds 3

@@ -108,7 +108,7 @@ def main() -> None:
             command += ["--rows", str(args.rows), *(["--cpu", str(i % (os.cpu_count() or 1))] if pin else [])]
             done = subprocess.run(command, capture_output=True, text=True, check=False)
             if done.returncode:
-                sys.exit(f"process failed:\n{done.stderr[-3000:]}")
+                sys.exit(f"process failed (exit status {done.returncode}):\n{done.stderr[-3000:]}")
             per.append(json.loads(done.stdout.strip().splitlines()[-1]))
             print(f"{devices} device(s): process {i + 1}/{args.processes} done", file=sys.stderr)
         ratios = [statistics.median(p["tfgpu"]) / statistics.median(p["keras"]) for p in per]

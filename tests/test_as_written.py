@@ -84,6 +84,16 @@ def test_keras_still_has_what_the_scaling_wraps():
     assert keras_loss.reduce_values.__module__ == "keras.src.losses.loss"
 
 
+def test_the_step_functions_convert_under_autograph():
+    """On the H100 bench, AutoGraph could not convert ``losses.run`` (an annotated local that a
+    closure read) and printed "AutoGraph could not transform ... annotated name 'summed' can't be
+    nonlocal" into the user's console. What runs inside the traced step must convert."""
+    from tfgpu.train import losses
+
+    for function in (losses.run, losses.sharing, losses.first_rows):
+        tf.autograph.to_graph(function)
+
+
 class Autoencoder(keras.Model):
     """keras-io's VAE shape: a custom train_step on x alone, which reads the batch it is given."""
 
