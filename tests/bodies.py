@@ -275,6 +275,28 @@ def fit_on_workers(directory: str) -> dict[str, Any]:
     }
 
 
+def fit_as_written_on_workers() -> dict[str, Any]:
+    """A worker running a script as keras-io writes it: the data (a Dataset whose last batch is
+    short, 101 rows of 24) and the model are built first, with no strategy, then ``tfgpu.fit``.
+    TensorFlow has run ops before MultiWorkerMirroredStrategy is made."""
+    import keras
+    import tensorflow as tf
+
+    import tfgpu
+    from fit_models import binary_data, binary_model
+
+    x, y = binary_data(101)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(24)
+    model = binary_model()  # module level in the script: outside any scope
+    history = tfgpu.fit(model, dataset, epochs=2, verbose=0)
+    return {
+        "weights": model.get_weights(),
+        "history": history.history,
+        "strategy": type(tf.distribute.get_strategy()).__name__,
+        "keras": keras.__version__,
+    }
+
+
 def fit_with_parameter_servers() -> dict[str, Any]:
     """Chief of 1 chief / 1 ps / 2 workers: tfgpu.fit on a compiled model (Keras's fit has no
     ClusterCoordinator support); the counters Keras adds with a read then an assign must not

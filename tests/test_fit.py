@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import keras
 import numpy as np
@@ -391,6 +392,57 @@ def test_two_workers_match_keras_on_one_device(reference, tmp_path):
         same_weights(result["dataset_weights"], from_dataset.get_weights())
         # file-writing callbacks: the chief (worker 0) only
         assert result["files"] == (["log.csv", "m.keras"] if name == "worker:0" else []), name
+
+
+@pytest.mark.slow
+def test_a_script_as_written_trains_on_two_workers_as_on_one_device():
+    """keras-io's scripts build their data and model before fit. Under ``tfgpu launch`` that
+    failed: "Collective ops must be configured at program startup" (MultiWorkerMirroredStrategy
+    is made at tfgpu.fit, after TensorFlow's first op); ``import tfgpu`` now sets the worker up.
+    The dataset's last batch (5 rows) is short, split 3 and 2 over the workers."""
+    from tfgpu.testing import run_cluster
+
+    x, y = binary_data(101)
+    expected = binary_model()
+    history = expected.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(24), epochs=2, verbose=0)
+    results = run_cluster("bodies:fit_as_written_on_workers", workers=2, timeout=300)
+    for result in results.values():
+        same_weights(result["weights"], expected.get_weights())
+        same_history(result["history"], history.history)
+
+
+def test_the_worker_is_set_up_only_for_a_multi_worker_strategy_before_tensorflow_starts(monkeypatch):
+    """``prepare_multi_worker`` (run by ``import tfgpu``) touches nothing without a cluster it
+    trains on with MultiWorkerMirroredStrategy, nor once TensorFlow has run an op (as here); a
+    strategy made too late says what to do. TensorFlow still has what it calls."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2  # noqa: F401
+    from tensorflow.core.protobuf import tensorflow_server_pb2  # noqa: F401
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    from tfgpu import distribute
+
+    for name in ("configure_collective_ops", "configure_coordination_service", "enable_collective_ops"):
+        assert callable(getattr(context.context(), name)), name
+    assert hasattr(context.context(), "_context_handle")
+    assert callable(multi_worker_util.collective_leader) and callable(multi_worker_util.coordination_leader)
+    two = {"worker": ["localhost:1", "localhost:2"]}
+
+    def config(task: str, cluster: dict | None = None) -> dict[str, str]:
+        return {"TF_CONFIG": json.dumps({"cluster": cluster or two, "task": {"type": task, "index": 0}})}
+
+    assert not distribute.prepare_multi_worker({})
+    assert not distribute.prepare_multi_worker({"TF_CONFIG": "{not json"})
+    assert not distribute.prepare_multi_worker(
+        config("ps", {**two, "ps": ["localhost:3"], "chief": ["localhost:4"]})
+    )
+    assert not distribute.prepare_multi_worker({**config("worker"), "TFGPU_STRATEGY": "one-device"})
+    tf.constant(1.0)  # TensorFlow has run an op in this process
+    assert not distribute.prepare_multi_worker(config("worker"))
+    monkeypatch.setenv("TF_CONFIG", config("worker")["TF_CONFIG"])
+    with pytest.raises(ConfigError, match="before TensorFlow's first op") as info:
+        distribute.strategy("multi-worker")
+    assert "import tfgpu" in str(info.value)
 
 
 @pytest.mark.slow

@@ -861,8 +861,12 @@ def test_a_run_switched_to_mixed_precision_trains_a_copy_in_that_policy(tmp_path
 def test_batch_size_auto_doubles_a_dispatch_bound_batch(tmp_path, monkeypatch, caplog):
     """batch_size='auto' on a tiny model one step per call: its step is mostly dispatch, so each
     doubling of the batch from Keras's 32 nearly doubles examples/s until the data runs short;
-    the run trains in the batch chosen, said loudly."""
+    the run trains in the batch chosen, said loudly. The budget is never spent here: beside two
+    busy TensorFlow jobs the 12 s ran out before a doubling was measured (32 kept, nothing said),
+    a race with the clock; each doubling gains near 2x against the 1.05x asked, which load does
+    not flip."""
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    unbounded(monkeypatch)
     x, y = data()
     with said(caplog, "global batch from 32 to"):
         history = tfgpu.fit(

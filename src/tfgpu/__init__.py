@@ -2,6 +2,10 @@
 
 ``import tfgpu`` is cheap and does not import TensorFlow: the public names below load their modules
 on first use, so ``tfgpu doctor`` and ``tfgpu.configure`` can run before TensorFlow touches a GPU.
+One exception: under a TF_CONFIG that tfgpu trains on with MultiWorkerMirroredStrategy (``tfgpu
+launch``), it sets the process up as its cluster task before TensorFlow's first op
+(``tfgpu.distribute.prepare_multi_worker``), so a script that builds its data and model before
+``tfgpu.fit``, as written, runs there too.
 """
 
 from __future__ import annotations
@@ -51,3 +55,15 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return __all__
+
+
+def _prepare_multi_worker() -> None:
+    import os
+
+    if "cluster" in os.environ.get("TF_CONFIG", ""):  # no cluster: nothing to import
+        from tfgpu import distribute
+
+        distribute.prepare_multi_worker()
+
+
+_prepare_multi_worker()

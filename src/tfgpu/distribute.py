@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfgpu import choices, cluster, env
-from tfgpu.errors import ConfigError
+from tfgpu.errors import ConfigError, TfgpuError
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +129,94 @@ def strategy(
     return built
 
 
+def prepare_multi_worker(environ: Mapping[str, str] | None = None) -> bool:
+    """Set this process up as its task of a multi-worker cluster before TensorFlow's first op, as
+    MultiWorkerMirroredStrategy will; ``import tfgpu`` calls it. Returns whether it did.
+
+    Why: the strategy configures collective ops, which TensorFlow accepts only before its first op
+    ("Collective ops must be configured at program startup"), and it starts the task's server, after
+    which tensors made earlier fail ("Haven't set up remote eager worker"). Scripts as their authors
+    wrote them (keras-io's) build their data and model first and reach ``tfgpu.fit`` later: under
+    ``tfgpu launch`` they failed. Done here, the context starts as the cluster's task, so what the
+    script builds first stays usable once the strategy is made. Nothing is done (and TensorFlow is
+    not imported) without a TF_CONFIG that tfgpu trains on with MultiWorkerMirroredStrategy, nor
+    once TensorFlow has run an op, nor for a task outside the all-reduce (ps, evaluator).
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        spec = cluster.from_environ(environ)
+        if spec is None or spec.task_type not in ("chief", "worker"):
+            return False
+        kind = choose(name=env.strategy_name(environ), spec=spec, gpus=0, logical_cpus=1).kind
+    except TfgpuError:
+        return False  # a malformed TF_CONFIG or strategy name: tfgpu.strategy() reports it
+    if kind != "multi-worker":
+        return False
+    from tensorflow.python.eager import context
+
+    if context.context()._context_handle is not None:  # TensorFlow has run an op
+        return False
+    _configure_task(context.context(), spec, rpc_layer=_rpc_layer(environ))
+    return True
+
+
+def _rpc_layer(environ: Mapping[str, str]) -> str:
+    try:
+        return str(json.loads(environ["TF_CONFIG"]).get("rpc_layer") or "grpc")
+    except (KeyError, ValueError, AttributeError):
+        return "grpc"
+
+
+def _configure_task(context: Any, spec: cluster.ClusterSpec, *, rpc_layer: str) -> None:
+    """What MultiWorkerMirroredStrategy's ``_initialize_multi_worker`` does before its context
+    starts (tensorflow/python/distribute/collective_all_reduce_strategy.py): the same collective
+    settings (so its own call finds them set and returns), the coordination service, and the
+    task's server. tests/test_launch.py checks that TensorFlow still has each function used."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.core.protobuf import tensorflow_server_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.training import server_lib
+
+    tf_spec = server_lib.ClusterSpec(spec.cluster)
+    task = f"/job:{spec.task_type}/task:{spec.task_index}"
+    context.configure_collective_ops(
+        collective_leader=multi_worker_util.collective_leader(tf_spec, spec.task_type, spec.task_index),
+        scoped_allocator_enabled_ops=("CollectiveReduce",),
+        device_filters=(task,),
+    )
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=tf_spec.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in tf_spec.jobs
+    ]
+    context.configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(tf_spec),
+        coordinated_jobs=jobs,
+    )
+    enable = context.enable_collective_ops
+    enable(
+        tensorflow_server_pb2.ServerDef(
+            cluster=tf_spec.as_cluster_def(),
+            default_session_config=context.config,
+            job_name=spec.task_type,
+            task_index=spec.task_index,
+            protocol=rpc_layer,
+            port=0,
+        )
+    )
+
+    def enable_once(server_def: Any) -> None:
+        """The strategy enables its server again once the context has started (after the data
+        and model were built): that restarts the task's server under the coordination service,
+        and 2 of 3 runs of keras-io's weather example hung in the first broadcast. The context
+        already runs this task's server, so a started context skips it."""
+        if context._context_handle is None:
+            enable(server_def)
+
+    context.enable_collective_ops = enable_once
+
+
 _BUILT: dict[tuple[Any, ...], Any] = {}  # (kind, devices, cluster) -> the strategy made for it
 
 
@@ -161,7 +249,18 @@ def _make(tf: Any, picked: StrategyChoice, spec: cluster.ClusterSpec | None, *, 
         assert spec is not None
         return _parameter_server(tf, spec, serve=serve)
     if picked.kind == "multi-worker":
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        try:
+            return tf.distribute.MultiWorkerMirroredStrategy()
+        except RuntimeError as error:
+            if "program startup" not in str(error):
+                raise
+            raise ConfigError(
+                "MultiWorkerMirroredStrategy must be made before TensorFlow's first op, and "
+                "TensorFlow had already run one when tfgpu was imported",
+                value=str(error),
+                fix="put `import tfgpu` above anything that runs TensorFlow (building a dataset or "
+                "a model), or call tfgpu.strategy() first thing",
+            ) from None
     if picked.kind == "mirrored":
         return tf.distribute.MirroredStrategy(devices=list(picked.devices) or None)
     if picked.kind == "default":

@@ -146,8 +146,7 @@ def rehome(model: Any, strategy: Any) -> Any:
     state = {id(v): v for v in model.variables}
     if optimizer is not None and optimizer.built:
         state.update({id(v): v for v in optimizer.variables})
-    for metric in getattr(model, "metrics", []):
-        state.update({id(v): v for v in metric.variables})
+    state.update({id(v): v for v in metric_state(model)})
     keyed = optimizer_keys(optimizer, state.values())
     moved = 0
     with strategy.scope():
@@ -172,6 +171,24 @@ def rehome(model: Any, strategy: Any) -> Any:
         "it was created outside it; trained in place",
     )
     return model
+
+
+def metric_state(model: Any) -> list[Any]:
+    """The variables of the model's metrics, those ``compile`` was given included. Keras lists a
+    compiled metric's variables only once its ``CompileMetrics`` is built (at the first step), but
+    a Metric object (``AUC()``, ``Precision()``) makes them when it is constructed, outside the
+    scope: left there, each worker of a MultiWorkerMirroredStrategy summed only its own rows
+    (keras-io's scripts: AUC 0.70 and 0.63 on the two workers, 0.67 on one device). In one
+    process the replicas happened to share the one variable."""
+    import keras
+
+    found = [v for metric in getattr(model, "metrics", []) for v in metric.variables]
+    compiled = getattr(model, "_compile_metrics", None)
+    given = [getattr(compiled, "_user_metrics", None), getattr(compiled, "_user_weighted_metrics", None)]
+    for metric in keras.tree.flatten([g for g in given if g is not None]):
+        if isinstance(metric, keras.metrics.Metric):
+            found.extend(metric.variables)
+    return found
 
 
 def back(variable: Any, value: Any) -> None:
