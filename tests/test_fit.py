@@ -415,9 +415,8 @@ def test_the_worker_is_set_up_only_for_a_multi_worker_strategy_before_tensorflow
     """``prepare_multi_worker`` (run by ``import tfgpu``) touches nothing without a cluster it
     trains on with MultiWorkerMirroredStrategy, nor once TensorFlow has run an op (as here); a
     strategy made too late says what to do. TensorFlow still has what it calls."""
-    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2  # noqa: F401
     from tensorflow.core.protobuf import tensorflow_server_pb2  # noqa: F401
-    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.distribute import collective_all_reduce_strategy, multi_worker_util
     from tensorflow.python.eager import context
 
     from tfgpu import distribute
@@ -425,6 +424,7 @@ def test_the_worker_is_set_up_only_for_a_multi_worker_strategy_before_tensorflow
     for name in ("configure_collective_ops", "configure_coordination_service", "enable_collective_ops"):
         assert callable(getattr(context.context(), name)), name
     assert hasattr(context.context(), "_context_handle")
+    assert hasattr(collective_all_reduce_strategy.coordination_config_pb2, "CoordinatedJob")
     assert callable(multi_worker_util.collective_leader) and callable(multi_worker_util.coordination_leader)
     two = {"worker": ["localhost:1", "localhost:2"]}
 

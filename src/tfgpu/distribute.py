@@ -171,9 +171,11 @@ def _configure_task(context: Any, spec: cluster.ClusterSpec, *, rpc_layer: str) 
     """What MultiWorkerMirroredStrategy's ``_initialize_multi_worker`` does before its context
     starts (tensorflow/python/distribute/collective_all_reduce_strategy.py): the same collective
     settings (so its own call finds them set and returns), the coordination service, and the
-    task's server. tests/test_launch.py checks that TensorFlow still has each function used."""
-    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    task's server. The coordination proto is taken from the strategy's own module: TF 2.15 (the
+    Estimator lane) keeps it elsewhere than 2.21. tests/test_fit.py checks that TensorFlow still
+    has each function used."""
     from tensorflow.core.protobuf import tensorflow_server_pb2
+    from tensorflow.python.distribute import collective_all_reduce_strategy as strategy_module
     from tensorflow.python.distribute import multi_worker_util
     from tensorflow.python.training import server_lib
 
@@ -185,7 +187,7 @@ def _configure_task(context: Any, spec: cluster.ClusterSpec, *, rpc_layer: str) 
         device_filters=(task,),
     )
     jobs = [
-        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=tf_spec.num_tasks(job))
+        strategy_module.coordination_config_pb2.CoordinatedJob(name=job, num_tasks=tf_spec.num_tasks(job))
         for job in ("chief", "worker")
         if job in tf_spec.jobs
     ]
