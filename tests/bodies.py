@@ -292,7 +292,8 @@ def fit_as_written_on_workers() -> dict[str, Any]:
     return {
         "weights": model.get_weights(),
         "history": history.history,
-        "strategy": type(tf.distribute.get_strategy()).__name__,
+        "multi_worker": isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy),
+        "replicas": model.distribute_strategy.num_replicas_in_sync,
         "keras": keras.__version__,
     }
 

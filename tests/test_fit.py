@@ -407,6 +407,7 @@ def test_a_script_as_written_trains_on_two_workers_as_on_one_device():
     history = expected.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(24), epochs=2, verbose=0)
     results = run_cluster("bodies:fit_as_written_on_workers", workers=2, timeout=300)
     for result in results.values():
+        assert result["multi_worker"] and result["replicas"] == 2
         same_weights(result["weights"], expected.get_weights())
         same_history(result["history"], history.history)
 
@@ -431,6 +432,10 @@ def test_the_worker_is_set_up_only_for_a_multi_worker_strategy_before_tensorflow
     def config(task: str, cluster: dict | None = None) -> dict[str, str]:
         return {"TF_CONFIG": json.dumps({"cluster": cluster or two, "task": {"type": task, "index": 0}})}
 
+    def reached(*args, **kwargs):
+        raise AssertionError("the context was set up")
+
+    monkeypatch.setattr(distribute, "_configure_task", reached)
     assert not distribute.prepare_multi_worker({})
     assert not distribute.prepare_multi_worker({"TF_CONFIG": "{not json"})
     assert not distribute.prepare_multi_worker(
@@ -443,6 +448,60 @@ def test_the_worker_is_set_up_only_for_a_multi_worker_strategy_before_tensorflow
     with pytest.raises(ConfigError, match="before TensorFlow's first op") as info:
         distribute.strategy("multi-worker")
     assert "import tfgpu" in str(info.value)
+
+
+def test_the_worker_s_second_server_start_is_skipped_and_no_other():
+    """``_configure_task`` on a recording context: the settings MultiWorkerMirroredStrategy will
+    ask for (equal, so its own call returns), and once the context has started, the strategy's
+    second start of the same task's server skipped while another cluster's goes through."""
+    from tensorflow.python.training import server_lib
+
+    from tfgpu import cluster, distribute
+
+    class Context:
+        _context_handle = None
+        config = tf.compat.v1.ConfigProto()
+
+        def __init__(self):
+            self.calls = []
+
+        def configure_collective_ops(self, **kwargs):
+            self.calls.append(("collective", kwargs))
+
+        def configure_coordination_service(self, **kwargs):
+            self.calls.append(("coordination", kwargs))
+
+        def enable_collective_ops(self, server_def):
+            self.calls.append(("enable", server_def.job_name, server_def.task_index))
+
+    two = {"chief": ["localhost:1"], "worker": ["localhost:2"]}
+    spec = cluster.build_cluster(hosts=two, task_type="worker", task_index=0)
+    context = Context()
+    distribute._configure_task(context, spec, rpc_layer="grpc")
+    (_, collective), (_, coordination), enabled = context.calls
+    assert collective == {
+        "collective_leader": "/job:chief/replica:0/task:0",
+        "scoped_allocator_enabled_ops": ("CollectiveReduce",),
+        "device_filters": ("/job:worker/task:0",),
+    }
+    assert (
+        coordination["service_type"] == "standalone"
+        and coordination["service_leader"] == "/job:chief/replica:0/task:0"
+    )
+    assert [(j.name, j.num_tasks) for j in coordination["coordinated_jobs"]] == [("chief", 1), ("worker", 1)]
+    assert enabled == ("enable", "worker", 0)
+    from tensorflow.core.protobuf import tensorflow_server_pb2
+
+    same = tensorflow_server_pb2.ServerDef(
+        cluster=server_lib.ClusterSpec(two).as_cluster_def(), job_name="worker", task_index=0
+    )
+    other = tensorflow_server_pb2.ServerDef(
+        cluster=server_lib.ClusterSpec({"worker": ["h:9"]}).as_cluster_def(), job_name="worker", task_index=0
+    )
+    context._context_handle = object()  # the context has started
+    context.enable_collective_ops(same)
+    context.enable_collective_ops(other)
+    assert context.calls[3:] == [("enable", "worker", 0)]  # only the other cluster's
 
 
 @pytest.mark.slow

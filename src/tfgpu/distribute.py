@@ -156,7 +156,16 @@ def prepare_multi_worker(environ: Mapping[str, str] | None = None) -> bool:
 
     if context.context()._context_handle is not None:  # TensorFlow has run an op
         return False
-    _configure_task(context.context(), spec, rpc_layer=_rpc_layer(environ))
+    try:
+        _configure_task(context.context(), spec, rpc_layer=_rpc_layer(environ))
+    except Exception as error:  # a TensorFlow that moved what this follows: the strategy's own path
+        log.warning(
+            "could not set this process up as %s %d of its cluster: %s",
+            spec.task_type,
+            spec.task_index,
+            error,
+        )
+        return False
     return True
 
 
@@ -197,23 +206,28 @@ def _configure_task(context: Any, spec: cluster.ClusterSpec, *, rpc_layer: str) 
         coordinated_jobs=jobs,
     )
     enable = context.enable_collective_ops
-    enable(
-        tensorflow_server_pb2.ServerDef(
-            cluster=tf_spec.as_cluster_def(),
-            default_session_config=context.config,
-            job_name=spec.task_type,
-            task_index=spec.task_index,
-            protocol=rpc_layer,
-            port=0,
-        )
+    ours = tensorflow_server_pb2.ServerDef(
+        cluster=tf_spec.as_cluster_def(),
+        default_session_config=context.config,
+        job_name=spec.task_type,
+        task_index=spec.task_index,
+        protocol=rpc_layer,
+        port=0,
     )
+    enable(ours)
 
     def enable_once(server_def: Any) -> None:
         """The strategy enables its server again once the context has started (after the data
         and model were built): that restarts the task's server under the coordination service,
-        and 2 of 3 runs of keras-io's weather example hung in the first broadcast. The context
-        already runs this task's server, so a started context skips it."""
-        if context._context_handle is None:
+        and 2 of 3 runs of keras-io's weather example hung in the first broadcast. A started
+        context already runs this task's server: the same task's call is skipped, any other
+        (another cluster, DTensor's) goes through."""
+        same = (server_def.cluster, server_def.job_name, server_def.task_index) == (
+            ours.cluster,
+            ours.job_name,
+            ours.task_index,
+        )
+        if context._context_handle is None or not same:
             enable(server_def)
 
     context.enable_collective_ops = enable_once
@@ -258,10 +272,11 @@ def _make(tf: Any, picked: StrategyChoice, spec: cluster.ClusterSpec | None, *, 
                 raise
             raise ConfigError(
                 "MultiWorkerMirroredStrategy must be made before TensorFlow's first op, and "
-                "TensorFlow had already run one when tfgpu was imported",
+                "TensorFlow has already run one in this process",
                 value=str(error),
-                fix="put `import tfgpu` above anything that runs TensorFlow (building a dataset or "
-                "a model), or call tfgpu.strategy() first thing",
+                fix="set TF_CONFIG before the script starts and put `import tfgpu` above anything "
+                "that runs TensorFlow (building a dataset or a model): tfgpu then sets the worker "
+                "up; or call tfgpu.strategy() first thing",
             ) from None
     if picked.kind == "mirrored":
         return tf.distribute.MirroredStrategy(devices=list(picked.devices) or None)

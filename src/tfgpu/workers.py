@@ -40,8 +40,10 @@ def _receive(stream: IO[bytes]) -> Any:
 def host_only_env(**extra: str) -> dict[str, str]:
     """The environment of a child process that does host work only (convert's workers, tf.data
     service workers): GPUs hidden, so it neither initializes one nor takes its memory; on a GPU
-    host each TensorFlow process that sees the GPUs would."""
+    host each TensorFlow process that sees the GPUs would. Nor does it join the parent's cluster:
+    TF_CONFIG is dropped, or ``import tfgpu`` would set it up as the parent's task."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", **extra}
+    env.pop("TF_CONFIG", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
 
