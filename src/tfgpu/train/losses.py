@@ -167,9 +167,9 @@ def run(strategy: Any, step: Any, batch: Any) -> Any:
         return strategy.run(step, args=(batch, None, None))
     local = [first_rows(part) for part in strategy.experimental_local_results(tf.nest.flatten(batch)[0])]
     across_workers = distribute.spans_workers(strategy) and not distribute.is_parameter_server(strategy)
-    if not across_workers and all(isinstance(n, int) for n in local) and len(set(local)) == 1:
-        return strategy.run(step, args=(batch, None, None))
     rows = None if across_workers else _local_rows(local)
+    if isinstance(rows, int) and len(set(local)) == 1:  # one worker, a split its shapes show even
+        return strategy.run(step, args=(batch, None, None))
 
     def replica(batch: Any) -> Any:
         mine = first_rows(batch)
