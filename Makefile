@@ -45,16 +45,16 @@ demo: $(STAMP)
 # --no-cache: a cached verdict outlives a change in what ruff calls first-party (a new folder), as CI's fresh
 # clone does not
 lint: $(STAMP)
-	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples
-	$(BIN)/ruff format --check --no-cache src tests tests_estimator bench examples
+	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples .ci
+	$(BIN)/ruff format --check --no-cache src tests tests_estimator bench examples .ci
 
-# the Estimator lane and the wheel run in the second test lane once its tests end (the first is longer)
+# a pytest process per test file, two at a time, longest first; the Estimator lane and the wheel are
+# one more job among them (.ci/test_main.py says why)
 test: lint $(STAMP)
-	bash .ci/test_main.sh $(BIN)/python "$(MAKE) --no-print-directory test-estimator test-wheel"
+	$(BIN)/python .ci/test_main.py --after "$(MAKE) --no-print-directory test-estimator test-wheel"
 
-# two lanes side by side, each a pytest process per group of files (.ci/test_main.sh says why)
 test-main: lint
-	bash .ci/test_main.sh $(BIN)/python
+	$(BIN)/python .ci/test_main.py
 
 # make test on a fresh clone of HEAD beside two busy TensorFlow jobs (the suite must pass on a shared
 # machine); prints its status and seconds
@@ -64,7 +64,7 @@ test-loaded: $(STAMP)
 # the fast lane, for each edit: no test that starts a process, reads a clock or trains a real model for
 # seconds (markers in pyproject.toml); make test runs them all
 test-fast: $(STAMP)
-	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples
+	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples .ci
 	$(BIN)/python -m pytest -q -m "not process and not timing and not heavy"
 
 # the wheel a user installs: built here, installed with no extras in a fresh venv, run elsewhere
@@ -75,8 +75,8 @@ test-estimator: $(LEGACY_STAMP)
 	$(LEGACY_VENV)/bin/python -m pytest -q -p no:warnings tests_estimator
 
 format: $(STAMP)
-	$(BIN)/ruff check --fix src tests tests_estimator bench examples
-	$(BIN)/ruff format src tests tests_estimator bench examples
+	$(BIN)/ruff check --fix src tests tests_estimator bench examples .ci
+	$(BIN)/ruff format src tests tests_estimator bench examples .ci
 
 bench: bench-data bench-train bench-fit bench-share bench-memory bench-tune bench-predict bench-diagnose bench-diagnose-stability bench-estimator bench-service
 

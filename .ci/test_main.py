@@ -1,0 +1,116 @@
+"""The main suite: a pytest process per test file, two at a time, the longest first.
+
+Why a process per file: a pytest process slows as it runs (tests that take 30 s alone took 140 s
+deep in a process that had run 175 tests of models and iterators before them), so the suite ran
+in three long processes and paid for it. Why two at a time: this is a 2-core machine, and the suite
+already has to pass beside two busy TensorFlow jobs (`make test-loaded`), so each job beside the
+other is a load it holds. Why the longest first: the last job to start should be a short one, so
+both cores stay busy to the end; ``durations.json`` holds each file's seconds from a run here (a
+file it does not know is taken as long, so a new file starts early rather than last).
+
+Each job's output is printed whole when it ends, with its status and seconds; the status of the
+run is the first failed job's. ``--after CMD`` adds a command as one more job (make test: the
+Estimator lane and the built wheel).
+
+    python .ci/test_main.py [FILE]... [--after CMD]... [--write-durations]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DURATIONS = Path(__file__).resolve().parent / "durations.json"
+UNKNOWN_SECONDS = 600.0  # a file not in durations.json: started among the first
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    argv: list[str]
+    shell: bool = False
+
+
+@dataclass(frozen=True)
+class Done:
+    job: Job
+    status: int
+    seconds: float
+    output: str
+
+
+def jobs(*, python: str, files: list[str], after: list[str]) -> list[Job]:
+    """Each test file's pytest (every file when none is named) and the ``after`` commands, the
+    longest (by the last run) first."""
+    files = files or [f"tests/{f.name}" for f in sorted((ROOT / "tests").glob("test_*.py"))]
+    found = [Job(f, [python, "-m", "pytest", "-q", "--durations=5", f]) for f in files]
+    found += [Job(cmd, [cmd], shell=True) for cmd in after]
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    return sorted(found, key=lambda job: -known.get(job.name, UNKNOWN_SECONDS))
+
+
+def run(job: Job) -> Done:
+    env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
+    started = time.monotonic()
+    proc = subprocess.run(
+        job.argv[0] if job.shell else job.argv,
+        shell=job.shell,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
+    return Done(job, proc.returncode, time.monotonic() - started, proc.stdout)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", help="test files (default: every tests/test_*.py)")
+    parser.add_argument("--after", action="append", default=[], metavar="CMD")
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--write-durations", action="store_true", help=f"write {DURATIONS.name}")
+    args = parser.parse_args()
+    todo = jobs(python=sys.executable, files=args.files, after=args.after)
+    lock = threading.Lock()
+    finished: list[Done] = []
+    started = time.monotonic()
+
+    def one(job: Job) -> None:
+        done = run(job)
+        with lock:
+            finished.append(done)
+            print(
+                f"== {job.name}: exit {done.status} in {done.seconds:.0f} s "
+                f"({len(finished)} of {len(todo)}, {time.monotonic() - started:.0f} s in)",
+                flush=True,
+            )
+            print(done.output, flush=True)
+
+    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+        for future in [pool.submit(one, job) for job in todo]:
+            future.result()
+    failed = [d for d in finished if d.status != 0]
+    print(
+        f"== {len(todo)} jobs in {time.monotonic() - started:.0f} s; failed: "
+        f"{', '.join(d.job.name for d in failed) or 'none'}"
+    )
+    if args.write_durations:
+        seconds = {d.job.name: round(d.seconds, 1) for d in sorted(finished, key=lambda d: d.job.name)}
+        DURATIONS.write_text(json.dumps(seconds, indent=1) + "\n")
+    # a job killed by a signal has a negative status; the run's is 1 then
+    return (failed[0].status if failed[0].status > 0 else 1) if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
