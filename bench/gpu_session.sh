@@ -4,12 +4,15 @@
 # and this checkout's src/ on the path): the device seen, doctor, the training bench, the
 # predict-on-arrays bench, the demo's time and the gpu-marked tests (about 12 minutes at most).
 #   bash .gpu/on_device.sh bash bench/gpu_session.sh
+#   STEPS="device gpu_tests demo" bash .gpu/on_device.sh bash bench/gpu_session.sh   (some of them)
 set -u
+STEPS=${STEPS:-device gpu_tests demo gpu_bench doctor predict_arrays}
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 step() {  # step NAME SECONDS COMMAND...: the command's output to $OUT/NAME.log, its time and status to $OUT/steps.log
   local name=$1 limit=$2
   shift 2
+  case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
   local start=$SECONDS
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
@@ -21,4 +24,4 @@ step gpu_tests 240 python3 -m pytest -q -x -m gpu tests/test_gpu.py -p no:cachep
 rm -rf /tmp/demo && mkdir -p /tmp/demo && (cd /tmp/demo && step demo 130 tfgpu demo)
 step gpu_bench 220 python3 bench/gpu_bench.py --repeats 3
 step doctor 60 tfgpu doctor
-step predict_arrays 60 python3 bench/predict_arrays_bench.py --devices 1 --processes 1 --rounds 3
+step predict_arrays 120 python3 bench/predict_arrays_bench.py --devices 1 --processes 1 --rounds 3
