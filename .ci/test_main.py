@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -31,6 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DURATIONS = Path(__file__).resolve().parent / "durations.json"
 UNKNOWN_SECONDS = 600.0  # a file not in durations.json: started among the first
+# each job runs in its own process group (so a hang's children die with it): these are killed when
+# the run is stopped (Ctrl-C, SIGTERM), or they would go on without it
+RUNNING: set[subprocess.Popen] = set()
+CEILING_SECONDS = 2400.0  # one job's: the longest takes about 700 s on a fresh clone here
 
 
 @dataclass(frozen=True)
@@ -58,10 +63,12 @@ def jobs(*, python: str, files: list[str], after: list[str]) -> list[Job]:
     return sorted(found, key=lambda job: -known.get(job.name, UNKNOWN_SECONDS))
 
 
-def run(job: Job) -> Done:
+def run(job: Job, *, ceiling: float) -> Done:
+    """The job to its end, or, past ``ceiling`` seconds (only a hang gets there), its process group
+    killed and what it printed so far kept (status 124, as timeout(1) says)."""
     env = {**os.environ, "HYPOTHESIS_PROFILE": "ci"}
     started = time.monotonic()
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         job.argv[0] if job.shell else job.argv,
         shell=job.shell,
         cwd=ROOT,
@@ -69,9 +76,20 @@ def run(job: Job) -> Done:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        check=False,
+        start_new_session=True,
     )
-    return Done(job, proc.returncode, time.monotonic() - started, proc.stdout)
+    RUNNING.add(proc)
+    try:
+        output, _ = proc.communicate(timeout=ceiling)
+        status = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        output += f"\n== killed after {ceiling:.0f} s: a hang (every file takes under a third of it)"
+        status = 124
+    finally:
+        RUNNING.discard(proc)
+    return Done(job, status, time.monotonic() - started, output)
 
 
 def main() -> int:
@@ -87,7 +105,7 @@ def main() -> int:
     started = time.monotonic()
 
     def one(job: Job) -> None:
-        done = run(job)
+        done = run(job, ceiling=CEILING_SECONDS)
         with lock:
             finished.append(done)
             print(
@@ -97,9 +115,17 @@ def main() -> int:
             )
             print(done.output, flush=True)
 
-    with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    pool = ThreadPoolExecutor(max_workers=args.parallel)
+    try:
         for future in [pool.submit(one, job) for job in todo]:
             future.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in list(RUNNING):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    pool.shutdown()
     failed = [d for d in finished if d.status != 0]
     print(
         f"== {len(todo)} jobs in {time.monotonic() - started:.0f} s; failed: "
