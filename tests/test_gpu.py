@@ -72,9 +72,11 @@ def test_two_processes_share_one_gpu_under_launch(tmp_path):
     script = tmp_path / "share.py"
     script.write_text(
         "import json, tfgpu, tensorflow as tf\n"
+        "from tfgpu import distribute\n"
         "config = tfgpu.configure()\n"
         "x = tf.reduce_sum(tf.ones([1024, 1024])).numpy()\n"
-        "print(json.dumps({'gpus': len(tf.config.list_logical_devices('GPU')), 'cap': config.memory_limit_mb, 'sum': float(x)}))\n"
+        # TensorFlow lists both tasks' GPUs in a cluster (2 here, on the H100); its own is one
+        "print(json.dumps({'gpus': len(distribute.local_devices('GPU')), 'cap': config.memory_limit_mb, 'sum': float(x)}))\n"
     )
     done = run_cli("launch", "--gpus", "0", "--procs-per-gpu", "2", "--", PY, str(script), env=gpu_environ())
     assert done.returncode == 0, done.stderr[-3000:]

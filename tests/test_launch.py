@@ -216,6 +216,34 @@ def test_ten_megabytes_of_output_do_not_stall():
     assert "[worker 1] chatty done" in lines
 
 
+@pytest.mark.process
+def test_each_worker_s_own_devices_are_its_own(tmp_path):
+    """Under launch, ``import tfgpu`` sets the task up before TensorFlow starts, and TensorFlow then
+    lists every task's devices (as under MultiWorkerMirroredStrategy): what a split or a memory
+    figure uses is this task's only (on an H100, 2 processes sharing it each counted 2 GPUs)."""
+    script = tmp_path / "devices.py"
+    script.write_text(
+        "import json, tfgpu, tensorflow as tf\n"
+        "from tfgpu import distribute\n"
+        "from tfgpu.train import split\n"
+        "listed = [d.name for d in tf.config.list_logical_devices('CPU')]\n"
+        "print(json.dumps({'listed': listed, 'own': distribute.local_devices('CPU'), "
+        "'split': split.local_devices()}))\n"
+    )
+    done = run_cli("launch", "--nproc", "2", "--", PY, str(script), timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    by_worker = {
+        int(line[len("[worker ") : line.index("]")]): json.loads(line.split("] ", 1)[1])
+        for line in done.stdout.splitlines()
+        if line.startswith("[worker") and "{" in line
+    }
+    assert sorted(by_worker) == [0, 1], done.stdout[-2000:]
+    for index, seen in by_worker.items():
+        own = f"/job:worker/replica:0/task:{index}/device:CPU:0"
+        assert len(seen["listed"]) == 2 and own in seen["listed"]  # TensorFlow's: both tasks'
+        assert seen["own"] == seen["split"] == [own]
+
+
 @pytest.mark.slow
 def test_two_worker_training_equals_one_process(tmp_path):
     done = run_cli(

@@ -373,19 +373,42 @@ def cluster_of(strategy: Any) -> cluster.ClusterSpec | None:
     return cluster.ClusterSpec(cluster=roles, task_type=task_type, task_index=int(resolver.task_id or 0))
 
 
+def local_devices(kind: str) -> list[str]:
+    """This process's logical devices of ``kind`` ("GPU" or "CPU"), by name.
+
+    Why not ``tf.config.list_logical_devices`` alone: in a cluster (a TF_CONFIG that ``import
+    tfgpu`` set the task up for, or a MultiWorkerMirroredStrategy made) TensorFlow lists every
+    task's devices. On an H100 under ``tfgpu launch --procs-per-gpu 2`` each process listed 2 GPUs,
+    its own and the other task's; a split or a memory figure must use its own only.
+    """
+    import tensorflow as tf
+    from tensorflow.python.eager import context
+
+    host = tf.DeviceSpec.from_string(context.context().host_address_space())
+    mine = []
+    for device in tf.config.list_logical_devices(kind):
+        spec = tf.DeviceSpec.from_string(device.name)
+        if spec.job is None or (spec.job, spec.replica or 0, spec.task or 0) == (
+            host.job,
+            host.replica or 0,
+            host.task or 0,
+        ):
+            mine.append(device.name)
+    return mine
+
+
 def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
     """(the devices the replicas run on, whether the strategy is TensorFlow's default one).
 
     The default strategy has no ``worker_devices`` (it raises): its one replica runs on the
     default device, the first GPU if there is one.
     """
-    import tensorflow as tf
 
     try:
         return tuple(strategy.extended.worker_devices), False
     except (RuntimeError, AttributeError, NotImplementedError):
-        gpus = tf.config.list_logical_devices("GPU")
-        return ((gpus[0].name if gpus else "/device:CPU:0"),), True
+        gpus = local_devices("GPU")
+        return ((gpus[0] if gpus else "/device:CPU:0"),), True
 
 
 def on_host_cpu(devices: tuple[str, ...]) -> bool:

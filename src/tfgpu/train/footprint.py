@@ -345,9 +345,9 @@ def _peak(device: str) -> int:
 
 
 def _gpus() -> list[str]:
-    import tensorflow as tf
+    from tfgpu import distribute
 
-    return [d.name.replace("/device:", "") for d in tf.config.list_logical_devices("GPU")]
+    return [name.replace("/device:", "") for name in distribute.local_devices("GPU")]
 
 
 def _capacities(gpus: list[str]) -> dict[str, int]:

@@ -67,11 +67,10 @@ def _same_device(a: str, b: str) -> bool:
 
 
 def local_devices() -> list[str]:
-    """This process's devices for a split: its GPUs, else its logical CPUs."""
-    import tensorflow as tf
+    """This process's devices for a split: its GPUs, else its logical CPUs (not another task's)."""
+    from tfgpu import distribute
 
-    gpus = tf.config.list_logical_devices("GPU")
-    return [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+    return distribute.local_devices("GPU") or distribute.local_devices("CPU")
 
 
 def plan(per_replica: Any, *, micro_batches: int | None = None, strategy: Any = None) -> Split:
