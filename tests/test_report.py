@@ -45,6 +45,13 @@ def test_recorded_train_run_renders_with_gpu_utilization(tmp_path):
     assert page.count("data:image/png;base64,") == 5 and "tfgpu train report" in page
 
 
+@pytest.mark.parametrize(("replicas", "said"), [(1, "on 1 replica:"), (2, "on 2 replicas:")])
+def test_the_replica_count_reads_as_english(tmp_path, replicas, said):
+    """The demo on one GPU said "on 1 replicas" (H100, 2026-11-27)."""
+    save_run(tmp_path, "train", {**TRAIN, "replicas": replicas})
+    assert said in write_report(tmp_path).read_text()
+
+
 def test_without_gpu_samples_there_is_no_gpu_plot(tmp_path):
     save_run(tmp_path, "train", {**TRAIN, "gpu_utilization": []})
     assert len(sections_for(load_run(tmp_path))[0].images) == 4

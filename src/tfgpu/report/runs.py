@@ -156,7 +156,7 @@ def tuning_section(tuning: dict[str, Any]) -> Section:
 
 def _training_figures(training: dict[str, Any]) -> str:
     """The steady state's figures, and warm-up on its own (older recorded runs have neither)."""
-    said = f"{training['steps']} steps, global batch {training['global_batch']} on {training['replicas']} replicas"
+    said = f"{training['steps']} steps, global batch {training['global_batch']} on {training['replicas']} replica{'s' * (training['replicas'] != 1)}"
     steady = training.get("steady")
     if steady:
         said += (
@@ -187,7 +187,7 @@ def prediction_section(
         verdict=verdict,
         paragraphs=[
             f"{prediction['predicted_rows']} rows in {prediction['seconds']:.2f} s: {prediction['rows_per_s']:,.0f} rows/s, "
-            f"{prediction['rows_per_s_per_replica']:,.0f} rows/s per replica on {prediction['replicas']} replicas; "
+            f"{prediction['rows_per_s_per_replica']:,.0f} rows/s per replica on {prediction['replicas']} replica{'s' * (prediction['replicas'] != 1)}; "
             f"output in input order in {prediction['output']}."
         ],
     )
