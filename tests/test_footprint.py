@@ -102,3 +102,19 @@ def test_bad_input_is_one_message():
         tfgpu.memory("model.keras")
     with pytest.raises(ConfigError, match="needs a GPU"):
         tfgpu.memory(mlp(), measure=True)
+
+
+def test_a_launched_task_measures_its_own_gpus_by_their_memory_names(monkeypatch):
+    """In a cluster TensorFlow names a task's GPU ``/job:worker/replica:0/task:1/device:GPU:0``;
+    ``get_memory_info`` takes ``GPU:0``, and another task's GPUs are not this process's."""
+    from tfgpu import distribute
+
+    monkeypatch.setattr(
+        distribute,
+        "local_devices",
+        lambda kind: [
+            f"/job:worker/replica:0/task:1/device:{kind}:0",
+            f"/job:worker/replica:0/task:1/device:{kind}:1",
+        ],
+    )
+    assert footprint._gpus() == ["GPU:0", "GPU:1"]

@@ -403,7 +403,6 @@ def replica_devices(strategy: Any) -> tuple[tuple[str, ...], bool]:
     The default strategy has no ``worker_devices`` (it raises): its one replica runs on the
     default device, the first GPU if there is one.
     """
-
     try:
         return tuple(strategy.extended.worker_devices), False
     except (RuntimeError, AttributeError, NotImplementedError):

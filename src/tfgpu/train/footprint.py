@@ -345,9 +345,14 @@ def _peak(device: str) -> int:
 
 
 def _gpus() -> list[str]:
+    """This process's GPUs as ``get_memory_info`` names them ("GPU:0"), a cluster's task prefix
+    (``/job:worker/replica:0/task:0``) dropped."""
+    import tensorflow as tf
+
     from tfgpu import distribute
 
-    return [name.replace("/device:", "") for name in distribute.local_devices("GPU")]
+    specs = [tf.DeviceSpec.from_string(name) for name in distribute.local_devices("GPU")]
+    return [f"{spec.device_type}:{spec.device_index}" for spec in specs]
 
 
 def _capacities(gpus: list[str]) -> dict[str, int]:
