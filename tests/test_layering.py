@@ -48,6 +48,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "ports",
                 "quiet",
                 "selfcheck",
+                "text",
                 "usercode",
                 "verdict",
                 "versions",

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from tfgpu.cli import _common
+from tfgpu.text import counted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         else f"{t['examples_per_s']:,.0f} examples/s"
     )
     out.print(
-        f"[bold]train:[/] {t['steps']} steps ({t['epochs']} epochs) on {t['replicas']} replica{'s' * (t['replicas'] != 1)}, {rate}; "
+        f"[bold]train:[/] {t['steps']} steps ({t['epochs']} epochs) on {counted(t['replicas'], 'replica')}, {rate}; "
         f"{t['verdict']}{took.get('train', '')}"
     )
     if t.get("warm_up_summary"):
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     p = result.prediction
     out.print(
         f"[bold]predict:[/] {p['predicted_rows']} held-out rows, {p['rows_per_s']:,.0f} rows/s on "
-        f"{p['replicas']} replica{'s' * (p['replicas'] != 1)}{took.get('predict', '')}"
+        f"{counted(p['replicas'], 'replica')}{took.get('predict', '')}"
     )
     style = "green" if result.ok else "bold red"
     out.print(f"[{style}]held-out accuracy {result.accuracy:.1%}[/] (chance 25%) in {result.seconds:.0f} s")

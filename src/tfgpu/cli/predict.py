@@ -6,6 +6,7 @@ import argparse
 
 from tfgpu.cli import _common
 from tfgpu.cli._progress import progress
+from tfgpu.text import counted
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     resumed = f" (resumed at row {result.resumed_from_row})" if result.resumed_from_row is not None else ""
     out.print(
         f"predicted {result.predicted_rows} rows{resumed} in {result.seconds:.1f} s: {result.rows_per_s:,.0f} rows/s, "
-        f"{result.rows_per_s / result.replicas:,.0f} rows/s per replica on {result.replicas} replica{'s' * (result.replicas != 1)}"
+        f"{result.rows_per_s / result.replicas:,.0f} rows/s per replica on {counted(result.replicas, 'replica')}"
     )
     out.print(f"output: {result.output}/manifest.json ({result.shards} shards)")
     return 0

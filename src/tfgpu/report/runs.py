@@ -19,6 +19,7 @@ from tfgpu.files import write_json_atomic
 from tfgpu.report import plots
 from tfgpu.report.diagnosis import sections as diagnose_sections
 from tfgpu.report.html import Section, render, write
+from tfgpu.text import counted
 
 RUN_FILE = "run.json"
 KINDS = ("demo", "train", "predict", "diagnose")
@@ -156,7 +157,7 @@ def tuning_section(tuning: dict[str, Any]) -> Section:
 
 def _training_figures(training: dict[str, Any]) -> str:
     """The steady state's figures, and warm-up on its own (older recorded runs have neither)."""
-    said = f"{training['steps']} steps, global batch {training['global_batch']} on {training['replicas']} replica{'s' * (training['replicas'] != 1)}"
+    said = f"{training['steps']} steps, global batch {training['global_batch']} on {counted(training['replicas'], 'replica')}"
     steady = training.get("steady")
     if steady:
         said += (
@@ -187,7 +188,7 @@ def prediction_section(
         verdict=verdict,
         paragraphs=[
             f"{prediction['predicted_rows']} rows in {prediction['seconds']:.2f} s: {prediction['rows_per_s']:,.0f} rows/s, "
-            f"{prediction['rows_per_s_per_replica']:,.0f} rows/s per replica on {prediction['replicas']} replica{'s' * (prediction['replicas'] != 1)}; "
+            f"{prediction['rows_per_s_per_replica']:,.0f} rows/s per replica on {counted(prediction['replicas'], 'replica')}; "
             f"output in input order in {prediction['output']}."
         ],
     )

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from tfgpu import distribute, host
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.ingraph import bounded
+from tfgpu.text import counted
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
@@ -93,7 +94,7 @@ def training_steps(rows: int, global_batch: int, replicas: int) -> int:
     steps = whole + trains_short_batch(rows, global_batch, replicas)
     if steps == 0:
         raise ConfigError(
-            f"train_data has {rows} row{'s' * (rows != 1)}, fewer than one per replica ({replicas} replicas)",
+            f"train_data has {counted(rows, 'row')}, fewer than one per replica ({replicas} replicas)",
             value=rows,
             fix="give at least one row per replica, or train on fewer replicas (strategy=)",
         )
@@ -102,7 +103,7 @@ def training_steps(rows: int, global_batch: int, replicas: int) -> int:
 
         choices.record(
             "short last batch",
-            f"{short} row{'s' * (short > 1)} dropped each epoch",
+            f"{counted(short, 'row')} dropped each epoch",
             f"fewer rows than the {replicas} replicas: a replica would have none",
         )
     return steps
