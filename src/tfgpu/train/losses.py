@@ -40,6 +40,7 @@ _lock = threading.Lock()
 _depth = 0
 _originals: dict[str, Any] = {}
 _share = threading.local()  # .ratios: (rows / all replicas' rows, the inverse) in a step ``run`` traces
+_UNSCALED = object()  # .ratios in an evaluation step: no scaling at all (``unscaled``)
 
 
 def check_keras() -> Any:
@@ -81,6 +82,8 @@ def _by_share(original: Any, *, unscale: bool) -> Any:
         ratios = getattr(_share, "ratios", None)
         if ratios is None:
             return original(value)
+        if ratios is _UNSCALED:
+            return value
         import tensorflow as tf
 
         # 0 for an empty replica (a last batch with fewer rows than replicas), even where its
@@ -138,6 +141,22 @@ def share(mine: Any, whole: Any) -> Iterator[None]:
     else:
         mine, whole = tf.cast(mine, tf.float32), tf.cast(whole, tf.float32)
         _share.ratios = (tf.math.divide_no_nan(mine, whole), tf.math.divide_no_nan(whole, mine))
+    try:
+        yield
+    finally:
+        _share.ratios = kept
+
+
+@contextlib.contextmanager
+def unscaled() -> Iterator[None]:
+    """Inside (on this thread, under ``scaled_as_one_device``), no loss is scaled for the
+    replicas, and none unscaled: an evaluation step sums no gradient over them, so each
+    replica's loss stays its own mean. Keras's own ``test_step`` (which unscales before its
+    tracker) reads the same either way; a custom ``test_step`` that feeds ``compute_loss``'s
+    value to a tracker (keras-io's "providing your own evaluation step") read 1/N of one
+    device's loss on N replicas (0.058 against 0.116 on 2)."""
+    kept = getattr(_share, "ratios", None)
+    _share.ratios = _UNSCALED
     try:
         yield
     finally:

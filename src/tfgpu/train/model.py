@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
+from tfgpu.text import counted
 from tfgpu.train import model_cache, remat
 
 if TYPE_CHECKING:
@@ -142,12 +143,12 @@ def rehome(model: Any, strategy: Any) -> Any:
 
     check_keras_variables()
     _adopt_optimizer(model, strategy)  # unused, made outside: made again in the scope
-    optimizer = getattr(model, "optimizer", None)
+    held = [o for o in optimizers(model) if o.built]
     state = {id(v): v for v in model.variables}
-    if optimizer is not None and optimizer.built:
+    for optimizer in held:
         state.update({id(v): v for v in optimizer.variables})
     state.update({id(v): v for v in metric_state(model)})
-    keyed = optimizer_keys(optimizer, state.values())
+    keyed = optimizer_keys(held, state.values())
     moved = 0
     with strategy.scope():
         for variable in state.values():
@@ -161,9 +162,8 @@ def rehome(model: Any, strategy: Any) -> Any:
     rekey_optimizer(keyed)
     if moved:  # a compiled step captured the old variables: it would update those, not these
         model_cache.forget(model)
-    if optimizer is not None and optimizer.built:
-        for inner in optimizers_of(optimizer):
-            inner._distribution_strategy = strategy
+    for inner in optimizers_of(held):
+        inner._distribution_strategy = strategy
     _REHOMED.add(model)
     choices.record(
         "model",
@@ -203,20 +203,40 @@ def back(variable: Any, value: Any) -> None:
         variable._trainable = flag
 
 
-def optimizers_of(optimizer: Any) -> list[Any]:
-    """The optimizer and the one it wraps (a LossScaleOptimizer's), those that keep a strategy."""
-    found = (optimizer, getattr(optimizer, "inner_optimizer", None))
+def optimizers(model: Any) -> list[Any]:
+    """Every optimizer the model holds, each once: ``model.optimizer`` and those a custom
+    ``train_step`` keeps as attributes (keras-io's GANs compile with ``d_optimizer`` and
+    ``g_optimizer``, made outside any scope). Re-homing, the proof and the build treat them all
+    alike: moving only ``model.optimizer`` left the others on the default strategy ("Mixing
+    different tf.distribute.Strategy objects")."""
+    import keras
+
+    found: dict[int, Any] = {}
+    for value in (getattr(model, "optimizer", None), *vars(model).values()):
+        if isinstance(value, keras.optimizers.Optimizer):
+            found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def optimizers_of(held: Any) -> list[Any]:
+    """The optimizers in ``held`` (one or a list) and those they wrap (a LossScaleOptimizer's),
+    those that keep a strategy."""
+    found = []
+    for optimizer in held if isinstance(held, list | tuple) else [held]:
+        found += [optimizer, getattr(optimizer, "inner_optimizer", None)]
     return [o for o in found if o is not None and hasattr(o, "_distribution_strategy")]
 
 
-def optimizer_keys(optimizer: Any, variables: Any) -> list[tuple[Any, Any, Any]]:
-    """(optimizer, variable, its key now) for each variable a built optimizer knows: Keras's TF
-    optimizer keys them by the backing tf.Variable's ``_unique_id``, which re-homing changes
-    ("Unknown variable ... can only be called for the variables it was originally built with")."""
+def optimizer_keys(held: Any, variables: Any) -> list[tuple[Any, Any, Any]]:
+    """(optimizer, variable, its key now) for each variable a built optimizer in ``held`` (one
+    or a list) knows: Keras's TF optimizer keys them by the backing tf.Variable's ``_unique_id``,
+    which re-homing changes ("Unknown variable ... can only be called for the variables it was
+    originally built with")."""
     found = []
-    for inner in (optimizer, getattr(optimizer, "inner_optimizer", None)):
+    variables = list(variables)
+    for inner in optimizers_of(held):
         indices = getattr(inner, "_trainable_variables_indices", None)
-        if inner is None or not getattr(inner, "built", False) or not indices:
+        if not getattr(inner, "built", False) or not indices:
             continue
         for variable in variables:
             key = inner._var_key(variable)
@@ -477,7 +497,10 @@ def build_for_data(model: Any, x: Any) -> None:
     """Build a Sequential without ``Input`` for ``x`` (one array, or a ``tf.data.Dataset`` whose
     elements are x or (x, ...)) as Keras's ``fit`` builds it at its first batch: before any copy
     is made, so the copy trains from the weights Keras would draw (the copy of an unbuilt model
-    drew its own, and trained to other numbers than one device)."""
+    drew its own, and trained to other numbers than one device). A model created in a strategy's
+    scope is built in it: its weights built outside were plain variables, and the optimizer's
+    slots then failed ("colocate_vars_with must only be passed a variable created in this
+    tf.distribute.Strategy.scope()")."""
     import keras
     import tensorflow as tf
 
@@ -490,7 +513,9 @@ def build_for_data(model: Any, x: Any) -> None:
     else:
         shape = (None, *x.shape[1:]) if hasattr(x, "shape") and len(getattr(x, "shape", ())) else None
     if shape is not None:
-        model.build(shape)
+        made_in = owner(model)
+        with made_in.scope() if made_in is not None else contextlib.nullcontext():
+            model.build(shape)
 
 
 def give_back(model: Any, trained: Any) -> None:
@@ -619,23 +644,34 @@ def _unique(variables: list[Any]) -> list[Any]:
 
 
 def _adopt_optimizer(model: Any, strategy: Any) -> None:
-    """An optimizer made outside ``strategy``'s scope, not yet used, made again inside it.
+    """Each optimizer the model holds, made outside ``strategy``'s scope and not yet used, made
+    again inside it.
 
     The transfer-learning guide compiles a second time outside any scope; the optimizer then
     holds variables of the default strategy (Keras's TF optimizer records the strategy it was made
     under), and building its slots in the scope fails ("Mixing different tf.distribute.Strategy
-    objects"). Keras's own ``fit`` fails so too. An optimizer that has stepped is left alone: its
-    state would be lost.
+    objects"). Keras's own ``fit`` fails so too. The optimizers a GAN keeps as attributes are
+    made again the same way, under each name that holds them. An optimizer that has stepped is
+    left alone: its state would be lost.
     """
-    optimizer = getattr(model, "optimizer", None)
-    made_under = getattr(optimizer, "_distribution_strategy", strategy)
-    if optimizer is None or made_under is strategy or optimizer.built:
-        return
-    with strategy.scope():
-        model.optimizer = type(optimizer).from_config(optimizer.get_config())
-    choices.record(
-        "optimizer", f"made again in {type(strategy).__name__}'s scope", "it was compiled outside it"
-    )
+    import keras
+
+    made: dict[int, Any] = {}
+    for name, optimizer in list(vars(model).items()):
+        if not isinstance(optimizer, keras.optimizers.Optimizer) or optimizer.built:
+            continue
+        if getattr(optimizer, "_distribution_strategy", strategy) is strategy:
+            continue
+        if id(optimizer) not in made:
+            with strategy.scope():
+                made[id(optimizer)] = type(optimizer).from_config(optimizer.get_config())
+        setattr(model, name, made[id(optimizer)])
+    if made:
+        choices.record(
+            "optimizer",
+            f"made again in {type(strategy).__name__}'s scope",
+            f"{counted(len(made), 'optimizer')} compiled outside it",
+        )
 
 
 def _check_loss(model: Any, element_spec: Any) -> None:

@@ -144,10 +144,14 @@ def _not_checkable(model: Any, strategy: Any) -> str | None:
 
 
 def _variables(model: Any) -> list[Any]:
-    """Every Keras variable the step reads or writes: weights, statistics, the optimizer's."""
+    """Every Keras variable the step reads or writes: weights, statistics, every optimizer's the
+    model holds (a GAN's two), the metrics'. One left out was stepped by the comparison and never
+    put back: the run trained on from an advanced state (4e-3 from one device's weights)."""
+    from tfgpu.train.model import metric_state, optimizers
+
     found: dict[int, Any] = {}
-    optimizer = model.optimizer
-    for variable in [*model.variables, *getattr(optimizer, "variables", []), *model.metrics_variables]:
+    held = [v for optimizer in optimizers(model) for v in optimizer.variables]
+    for variable in [*model.variables, *held, *model.metrics_variables, *metric_state(model)]:
         found.setdefault(id(variable), variable)
     return list(found.values())
 
@@ -218,14 +222,14 @@ def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np
     back after, untouched."""
     import tensorflow as tf
 
-    from tfgpu.train.model import back, optimizer_keys, optimizers_of, rekey_optimizer
+    from tfgpu.train.model import back, optimizer_keys, optimizers, optimizers_of, rekey_optimizer
 
-    optimizer = model.optimizer
-    inners = optimizers_of(optimizer)
+    held = optimizers(model)
+    inners = optimizers_of(held)
     kept_strategies = [o._distribution_strategy for o in inners]
     model_strategy = getattr(model, "_distribute_strategy", None)
     originals = [v._value for v in variables]
-    keyed = optimizer_keys(optimizer, variables)
+    keyed = optimizer_keys(held, variables)
     with strategy.scope():
         for variable, value in zip(variables, values, strict=True):
             back(variable, tf.constant(value))
@@ -236,7 +240,7 @@ def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np
     try:
         yield
     finally:
-        keyed = optimizer_keys(optimizer, variables)
+        keyed = optimizer_keys(held, variables)
         for variable, value in zip(variables, originals, strict=True):
             variable._value = value
         rekey_optimizer(keyed)
@@ -279,15 +283,21 @@ def _compare(
     return Proof("differ", _why(errors, ratio, off, replicas), replicas, worst, ratio, logged)
 
 
+def _is_scaled(on_replicas: float, on_one: float, replicas: int) -> bool:
+    """True when a figure on the replicas is one device's divided by their number."""
+    return abs(on_replicas * replicas - on_one) <= LOGGED_TOLERANCE * max(abs(on_one), 1e-6) * replicas
+
+
 def _why(
     errors: dict[str, float], ratio: float | None, off: dict[str, tuple[float, float]], replicas: int
 ) -> str:
     """The disagreement, its figures and its likely cause, in one message."""
     worst = max(errors, key=errors.get) if errors else None
+    updates_off = worst is not None and errors[worst] > UPDATE_TOLERANCE
     figures = []
     if ratio is not None:
         figures.append(f"the replicas' update is {ratio:.3g}x one device's")
-    if worst is not None and errors[worst] > UPDATE_TOLERANCE:
+    if updates_off:
         figures.append(f"{worst} differs by {errors[worst]:.2g} of its update")
     figures += [
         f"logged {k} {n:.6g} on {replicas} replicas, {o:.6g} on one device" for k, (n, o) in off.items()
@@ -298,6 +308,13 @@ def _why(
             "computed in your own train_step that is a mean over the replica's rows (divide the "
             "per-example losses by the global batch, e.g. tf.nn.compute_average_loss, or use "
             "model.compute_loss, which Keras scales)"
+        )
+    elif not updates_off and off and all(_is_scaled(n, o, replicas) for n, o in off.values()):
+        cause = (
+            f"a metric in your own step fed the loss as Keras scales it for the replicas (1/{replicas}, "
+            f"so that their summed gradients are one device's): the weights train as one device, the "
+            f"figure reads 1/{replicas} of it (update the metric with the loss times "
+            "self.distribute_strategy.num_replicas_in_sync, or with the unscaled per-example losses)"
         )
     elif ratio is not None and abs(ratio * replicas - 1) < 0.1:
         cause = f"the loss was divided by the {replicas} replicas twice (scaled by you and by Keras)"
