@@ -186,3 +186,81 @@ def test_an_own_evaluation_step_reports_one_device_s_figures(rows, clean_choices
     assert ours["mae"] == pytest.approx(expected["mae"], rel=1e-5)
     if rows % 32 == 0:
         assert ours["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+
+
+class RaisesWhenArmed(keras.layers.Layer):
+    """A layer of the user's that raises once training starts (it builds as usual)."""
+
+    armed = False
+
+    def call(self, inputs):
+        if RaisesWhenArmed.armed:
+            raise ValueError("a bug in the user's layer")
+        return inputs
+
+
+def test_a_failure_building_the_model_names_its_real_cause(monkeypatch, clean_choices):
+    """Item 2: every failure while the model was built on the data was said as a label shape
+    ("Fix: give labels of the shape the loss expects"), whatever it was."""
+    from tfgpu.errors import ConfigError
+
+    x, y = regression(32)
+    model = keras.Sequential([keras.Input((4,)), RaisesWhenArmed(), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    monkeypatch.setattr(RaisesWhenArmed, "armed", True)
+    with pytest.raises(ConfigError) as raised:
+        tfgpu.fit(model, x, y, verbose=0)
+    text = str(raised.value)
+    assert f"{__file__}:" in text and "a bug in the user's layer" in text
+    assert "labels" not in text and "\x1b" not in text
+
+    wide = keras.Sequential([keras.Input((5,)), keras.layers.Dense(1)])
+    wide.compile(optimizer="adam", loss="mse")
+    with pytest.raises(ConfigError, match="cannot take the data's inputs") as raised:
+        tfgpu.fit(wide, x, y, verbose=0)
+    assert "labels" not in str(raised.value)
+
+    classes = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    classes.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    with pytest.raises(ConfigError, match="cannot take the data's labels") as raised:
+        tfgpu.fit(classes, x, np.zeros((32, 2, 2), "float32"), verbose=0)
+    assert "give labels of the shape the loss expects" in str(raised.value)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_xla_asked_in_compile_is_taken_or_said_why_not(replicas, clean_choices):
+    """Item 9: keras-io's image classification example asks for XLA in ``compile``; tfgpu.fit
+    read it only from its own argument, and said nothing."""
+    from tfgpu import choices
+
+    x, y = regression()
+    with local_strategy(replicas).scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    history = tfgpu.fit(model, x, y, **FIT)
+    said = choices.as_dict()["jit_compile"]
+    if replicas == 1:
+        assert said["value"] == "True" and "compiled with jit_compile=True" in said["reason"]
+        keras.utils.set_random_seed(0)
+        reference = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        reference.compile(optimizer="sgd", loss="mse", jit_compile=True)
+        expected = reference.fit(x, y, **FIT).history["loss"]
+        assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
+    else:  # replicas on logical CPUs share one XLA device: trained without, and said
+        assert said["value"] == "False" and "not taken: replicas on logical CPU devices" in said["reason"]
+    assert tfgpu.fit(model, x, y, jit_compile=False, **FIT).history["loss"]  # the argument still rules
+
+
+@pytest.mark.timing  # tunes: measures for up to its budget
+def test_tuning_an_arrays_fit_prints_no_absl_option_warning(tmp_path, monkeypatch, caplog, clean_choices):
+    """Item 10: tune=True printed absl's "Changing the value of option enabled from False to
+    True." (the tuned input options over the arrays pipeline's), 1 to 13 lines a run."""
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    x, y = regression(2048)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    with caplog.at_level("WARNING"):
+        tfgpu.fit(model, x, y, epochs=2, verbose=0, tune=("input",), tune_budget_s=5)
+    assert "Changing the value of option" not in caplog.text

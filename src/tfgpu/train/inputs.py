@@ -301,7 +301,7 @@ class Input:
         if self.is_dataset:
             dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
             if self.tf_options is not None:
-                dataset = dataset.with_options(self.tf_options)
+                dataset = over(dataset, self.tf_options)
             self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
             return dataset if self.direct else self.strategy.experimental_distribute_dataset(bounded(dataset))
         make = self._per_worker(epoch)
@@ -319,7 +319,7 @@ class Input:
         def make(ctx: Any) -> Any:
             dataset = made(ctx)
             if self.tf_options is not None:
-                dataset = dataset.with_options(self.tf_options)
+                dataset = over(dataset, self.tf_options)
             self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
             return bounded(dataset)
 
@@ -418,6 +418,24 @@ class Input:
             index = epochs.flat_map(lambda epoch: whole_batches(order_of(epoch)))
             batches = _gather_in_chunks(index, tensors, per_replica=per_replica, training=True)
         return batches.prefetch(tf.data.AUTOTUNE).with_options(in_memory_options(tf))
+
+
+def over(dataset: Any, options: Any) -> Any:
+    """``dataset`` with ``options`` over its own, which they are meant to override (a tuning's
+    choice over an arrays pipeline's ``autotune.enabled=False``): without absl's "Changing the
+    value of option enabled from False to True." on the user's console, 1 to 13 lines a tuned
+    run."""
+    import logging
+
+    def overriding(record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Changing the value of option")
+
+    absl = logging.getLogger("absl")
+    absl.addFilter(overriding)
+    try:
+        return dataset.with_options(options)
+    finally:
+        absl.removeFilter(overriding)
 
 
 def _as_keras_packs(parts: tuple[Any, ...]) -> Any:

@@ -56,7 +56,7 @@ def fit(
     keep_checkpoints: int = 3,
     checkpoint_epochs: bool = False,
     log_dir: str | os.PathLike | None = None,
-    jit_compile: bool = False,
+    jit_compile: bool | None = None,
     remat: bool | str | None = None,
     devices_per_replica: int | None = None,
     micro_batches: int | None = None,
@@ -81,7 +81,8 @@ def fit(
       started again resumes there, mid-epoch included, to the same weights; ``keep_checkpoints``
       the last K kept, ``checkpoint_epochs`` a save at each epoch's end too;
     - ``log_dir``: TensorBoard scalars (the logs, examples/s, input wait), chief only;
-    - ``jit_compile``: XLA for the training step; ``seed``: the shuffle order of arrays;
+    - ``jit_compile``: XLA for the training step (default: as the model was compiled, said
+      where XLA cannot compile the step); ``seed``: the shuffle order of arrays;
     - ``remat``: recompute activations in the backward pass instead of keeping them, for this run
       (True or ``"full"``: every layer; ``"activations"``: each activation function;
       ``"largest"``: the layers with the largest outputs); a model built in

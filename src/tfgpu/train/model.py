@@ -576,16 +576,89 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
                 # once per model and data structure (the check traces the model: tens of ms)
                 _check_loss(model, element_spec)
         _CHECKED.setdefault(model, set()).add(str(element_spec))
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(
-            f"The model, its loss and metrics cannot take the data: {_first_line(exc)}",
-            value={
-                "data (x, y[, sample_weight])": _describe(element_spec),
-                "model output": _output(model, element_spec),
-            },
+    except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
+        raise _build_error(model, strategy, element_spec, exc) from None
+
+
+def _build_error(model: Any, strategy: Any, element_spec: Any, exc: BaseException) -> ConfigError:
+    """One message for a model that could not be built on the data, naming the real cause: the
+    labels (only when the compiled loss cannot take them), the inputs (when the model cannot
+    take x), or neither (a variable made under another strategy, an error in the user's own
+    code), with that error. Every failure here was said as a label shape once, whatever it was."""
+    received = {
+        "data (x, y[, sample_weight])": _describe(element_spec),
+        "model output": _output(model, element_spec),
+    }
+    where = _user_frame(exc)
+    if where is not None:
+        return ConfigError(
+            f"Your code raised while the model was built on the data, at {where}: {_first_line(exc)}",
+            value=received,
+            fix=f"fix the error at {where} (the data reached your code in the shapes shown)",
+        )
+    if received["model output"] == "?" and isinstance(exc, ValueError | TypeError):
+        return ConfigError(
+            f"The model cannot take the data's inputs: {_first_line(exc)}",
+            value=received,
+            fix="give x of the shape and dtype the model's Input (or first layer) expects",
+        )
+    if isinstance(exc, ValueError | TypeError) and _loss_refuses(model, element_spec):
+        return ConfigError(
+            f"The model's loss and metrics cannot take the data's labels: {_first_line(exc)}",
+            value=received,
             fix="give labels of the shape the loss expects for the model's output "
             "(e.g. integer class ids with sparse_categorical_crossentropy, one column per output unit otherwise)",
-        ) from None
+        )
+    text = str(exc)
+    if "colocate_vars_with" in text or "Mixing different tf.distribute.Strategy" in text:
+        fix = (
+            f"create the model, compile it and make its optimizers all inside `with strategy.scope():` "
+            f"of the {type(strategy).__name__} it trains under, or all outside any scope (tfgpu then moves it)"
+        )
+        return ConfigError(
+            f"The model holds state made under another strategy than the {type(strategy).__name__} "
+            f"it trains under: {_first_line(exc)}",
+            value=received,
+            fix=fix,
+        )
+    return ConfigError(
+        f"The model could not be built on the data ({type(exc).__name__} while building its "
+        f"weights, loss, metrics and optimizer state): {_first_line(exc)}",
+        value=received,
+        fix="run the model's own fit on one batch to see where it fails; the data's shapes are not the cause "
+        "(the model and its loss take them)",
+    )
+
+
+def _user_frame(exc: BaseException) -> str | None:
+    """``file:line`` of the innermost frame of the user's own code in ``exc``'s traceback (not
+    Python's, an installed package's or tfgpu's), or None."""
+    import sysconfig
+    import traceback
+    from pathlib import Path
+
+    paths = sysconfig.get_paths()
+    libraries = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    libraries.add(Path(__file__).resolve().parents[1])  # tfgpu
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if frame.filename.startswith("<"):
+            continue
+        path = Path(frame.filename).resolve()
+        if "site-packages" in path.parts or any(path.is_relative_to(lib) for lib in libraries):
+            continue
+        return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+def _loss_refuses(model: Any, element_spec: Any) -> bool:
+    """True when the compiled loss cannot take the data's labels for the model's output."""
+    try:
+        _check_loss(model, element_spec)
+    except (ValueError, TypeError):
+        return True
+    except Exception:  # something else fails there: not the labels' shape
+        return False
+    return False
 
 
 def _symbolic_build(model: Any, element_spec: Any) -> None:
@@ -704,7 +777,9 @@ def _built(model: Any) -> bool:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()  # Keras's bold, for a terminal
     return " ".join(text.split())[:400] if text else type(exc).__name__
 
 

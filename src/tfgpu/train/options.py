@@ -74,7 +74,8 @@ class TrainOptions:
         log_every: read loss, NaN check, input wait and throughput from the device every N steps
             (and at each epoch's end); progress, TensorBoard and the timeline get one point each.
             Reading sooner syncs the host with the device, which idles a GPU.
-        jit_compile: compile the step with XLA.
+        jit_compile: compile the step with XLA; None: as the model's ``compile`` asked
+            (``jit_compile=True``), said in the choices, and not where XLA cannot compile it.
         checkpoint_dir / checkpoint_every / keep_checkpoints: save model, optimizer, step and
             epoch every N steps and at the end, keep the last K; a new Trainer on the same
             directory resumes from the latest. ``checkpoint_epochs``: save at each epoch's end
@@ -95,7 +96,7 @@ class TrainOptions:
 
     steps_per_execution: int | None = None
     log_every: int = DEFAULT_LOG_EVERY
-    jit_compile: bool = False
+    jit_compile: bool | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int | None = None
     keep_checkpoints: int = 3

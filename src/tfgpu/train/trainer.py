@@ -10,6 +10,7 @@ Trainer joins them: it builds the setup and the loop, runs the tuning and the pr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -60,6 +61,8 @@ class Trainer:
         self.task = task
         self.on_progress = on_progress
         self.setup = Setup.build(task, strategy=strategy, placement=options.placement)
+        if options.jit_compile is None:
+            options = self.options = dataclasses.replace(options, jit_compile=self._compiled_xla())
         if options.jit_compile and self.setup.xla_refused():
             raise ConfigError(
                 "XLA cannot compile a step replicated over logical CPU devices (they share one XLA CPU device)",
@@ -85,6 +88,21 @@ class Trainer:
             backup=self.backup,
             on_progress=self.on_progress,
         )
+
+    def _compiled_xla(self) -> bool:
+        """XLA as the model's ``compile`` asked (``jit_compile=True``, or Keras's "auto" that
+        resolved to it on a GPU): keras-io's image classification example asks for it there, and
+        ``tfgpu.fit`` dropped it without a word. Where XLA cannot compile the step, said."""
+        if getattr(self.setup.model, "_jit_compile", None) is not True:
+            return False
+        refused = self.setup.xla_refused()
+        choices.record(
+            "jit_compile",
+            refused is None,
+            "the model was compiled with jit_compile=True"
+            + (f"; not taken: {refused}" if refused else " (XLA for the training step)"),
+        )
+        return refused is None
 
     def _record_steps(self) -> None:
         k = self.options.execution_steps
