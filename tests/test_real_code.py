@@ -264,3 +264,36 @@ def test_tuning_an_arrays_fit_prints_no_absl_option_warning(tmp_path, monkeypatc
     with caplog.at_level("WARNING"):
         tfgpu.fit(model, x, y, epochs=2, verbose=0, tune=("input",), tune_budget_s=5)
     assert "Changing the value of option" not in caplog.text
+
+
+def embedding_model(optimizer):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((5,), dtype="int32"),
+            keras.layers.Embedding(20, 4),
+            keras.layers.Flatten(),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile(optimizer=optimizer(), loss="mse")
+    return model
+
+
+@pytest.mark.parametrize("source", ["arrays", "dataset"])
+def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, clean_choices):
+    """Item 6: an Embedding's IndexedSlices gradients are all-gathered; a short last batch inside
+    the in-graph loop aborted it ("Collective ops is aborted by: Shape mismatch"). tfgpu's own
+    strategy here: collective all-reduce over the 3 logical CPUs, as a user's would be."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 20, size=(69, 5)), rng.normal(size=(69, 1)).astype("float32")
+    data = (x, y) if source == "arrays" else (tf.data.Dataset.from_tensor_slices((x, y)).batch(18),)
+    args = dict(batch_size=18, shuffle=False) if source == "arrays" else {}
+    reference = embedding_model(lambda: keras.optimizers.Adam(0.01))
+    expected = reference.fit(*data, epochs=2, verbose=0, **args).history["loss"]
+    model = embedding_model(lambda: keras.optimizers.Adam(0.01))
+    strategy = tfgpu.strategy()
+    assert strategy.num_replicas_in_sync == 3  # 69 rows of 18: a last batch of 15, 5 a replica
+    history = tfgpu.fit(model, *data, epochs=2, verbose=0, strategy=strategy, **args)
+    assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
+    assert_same_weights(model, reference)

@@ -19,6 +19,7 @@ record); ``EpochLoop`` runs epochs in this process (one device, Mirrored, MultiW
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -107,6 +108,14 @@ class Validation:
         return epoch + 1 in self.freq
 
 
+def has_sparse_gradients(model: Any) -> bool:
+    """Whether the model looks its weights up by index (``Embedding``, in any sub-layer: keras-io's
+    ``PositionEmbedding``), which gives IndexedSlices gradients."""
+    import keras
+
+    return any(isinstance(layer, keras.layers.Embedding) for layer in model._flatten_layers())
+
+
 class Loop:
     """What every loop shares over a ``setup``: the counters and their checkpoints (the latest
     restored when built), epoch ends with validation, evaluation and the run's record."""
@@ -180,7 +189,21 @@ class Loop:
             left.append(steps - step)
         if per_epoch is not None:
             left.append(per_epoch - self.counters.epoch_step)
+        if self._last_step_alone:  # per epoch, or a Dataset's length when tf.data knows it
+            length = per_epoch or self.setup.train.known_length()
+            if length is not None and length - self.counters.epoch_step > 1:
+                left.append(length - 1 - self.counters.epoch_step)
         return min(left)
+
+    @functools.cached_property
+    def _last_step_alone(self) -> bool:
+        """Whether an epoch's last step runs in a call of its own: on several replicas, for a
+        model with sparse gradients (an ``Embedding``'s IndexedSlices), whose all-gather inside
+        the in-graph loop aborted when a short last batch changed its shape mid-call ("Collective
+        ops is aborted by: Shape mismatch ... expected shape [40,4] but another member ...
+        [80,4]"; Keras's own fit with steps_per_execution=4 aborts alike). In a call of its own
+        it trains as Keras's one step a call does; the cost is one call more an epoch."""
+        return self.setup.strategy.num_replicas_in_sync > 1 and has_sparse_gradients(self.model)
 
     def at_boundary(self) -> bool:
         return any(self.counters.step % every == 0 for every in self.options.boundaries())
