@@ -297,3 +297,54 @@ def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, c
     history = tfgpu.fit(model, *data, epochs=2, verbose=0, strategy=strategy, **args)
     assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
     assert_same_weights(model, reference)
+
+
+class TokenAndPositionEmbedding(keras.layers.Layer):
+    """keras-io's "Text classification with Transformer" embedding, as written (``per_example``:
+    the positions broadcast to the batch before the lookup, the fix the proof names)."""
+
+    def __init__(self, maxlen, vocab_size, embed_dim, per_example=False):
+        super().__init__()
+        self.token_emb = keras.layers.Embedding(input_dim=vocab_size, output_dim=embed_dim)
+        self.pos_emb = keras.layers.Embedding(input_dim=maxlen, output_dim=embed_dim)
+        self.per_example = per_example
+
+    def call(self, x):
+        maxlen = keras.ops.shape(x)[-1]
+        positions = keras.ops.arange(start=0, stop=maxlen, step=1)
+        if self.per_example:
+            positions = keras.ops.broadcast_to(positions, keras.ops.shape(x))
+        return self.token_emb(x) + self.pos_emb(positions)
+
+
+def position_model(per_example):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((6,), dtype="int32")
+    pooled = keras.layers.GlobalAveragePooling1D()(TokenAndPositionEmbedding(6, 30, 4, per_example)(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(1)(pooled))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+    return model
+
+
+@pytest.mark.parametrize("per_example", [False, True])
+def test_a_position_embedding_under_adam_is_said_or_trains_as_one_device(per_example, clean_choices):
+    """Item 7: a row looked up once per batch gets a gradient slice per replica, and Adam
+    squares each before they are summed: those rows step otherwise than on one device (Keras's
+    own fit alike). The proof catches it and names the cause; the fix it names trains as one
+    device."""
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 30, size=(64, 6)), rng.normal(size=(64, 1)).astype("float32")
+    reference = position_model(per_example)
+    reference.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    model = position_model(per_example)
+    history = tfgpu.fit(
+        model, x, y, batch_size=16, epochs=1, shuffle=False, verbose=0, strategy=local_strategy(2)
+    )
+    proof = history.train_result.proof
+    if per_example:
+        assert proof["status"] == "agree", proof
+        assert_same_weights(model, reference, atol=1e-5)
+    else:
+        assert proof["status"] == "differ"
+        assert "Likely cause: sparse gradients" in proof["sentence"]
+        assert "broadcast the positions to the batch" in proof["sentence"]

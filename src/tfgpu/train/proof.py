@@ -102,8 +102,32 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
     _assign(variables, before)
     model_cache.mark(model, ("proved", strategy))
     trained = [i for i, v in enumerate(variables) if v.trainable]
-    found = _compare(variables, trained, before, after_n, after_1, logged_n, logged_1, replicas)
+    found = _compare(
+        variables, trained, before, after_n, after_1, logged_n, logged_1, replicas, _looked_up(model)
+    )
     return dataclasses.replace(found, sentence=found.sentence.replace("the first batch", rows))
+
+
+def _looked_up(model: Any) -> set[str]:
+    """The paths of the weights an ``Embedding`` looks up by index (IndexedSlices gradients)."""
+    import keras
+
+    return {
+        v.path
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.Embedding)
+        for v in layer.trainable_variables
+    }
+
+
+SPARSE_CAUSE = (
+    "sparse gradients: a row looked up once per batch (a position embedding's "
+    "Embedding(arange(maxlen))) gets one gradient slice per replica, and Keras's optimizers square "
+    "each slice before duplicates are summed (Adam, RMSprop; Keras's own fit alike), so on several "
+    "replicas those rows step otherwise than on one device (SGD agrees). Look the rows up once per "
+    "example (broadcast the positions to the batch before the lookup) or slice the weight densely "
+    "(layer.embeddings[:maxlen]) to train as one device"
+)
 
 
 def zeros(strategy: Any, spec: Any) -> Any:
@@ -258,6 +282,7 @@ def _compare(
     logged_n: dict[str, float],
     logged_1: dict[str, float],
     replicas: int,
+    looked_up: set[str] = frozenset(),
 ) -> Proof:
     errors, norm_n, norm_1 = {}, 0.0, 0.0
     for i in trained:
@@ -280,7 +305,7 @@ def _compare(
             ratio,
             logged,
         )
-    return Proof("differ", _why(errors, ratio, off, replicas), replicas, worst, ratio, logged)
+    return Proof("differ", _why(errors, ratio, off, replicas, looked_up), replicas, worst, ratio, logged)
 
 
 def _is_scaled(on_replicas: float, on_one: float, replicas: int) -> bool:
@@ -289,7 +314,11 @@ def _is_scaled(on_replicas: float, on_one: float, replicas: int) -> bool:
 
 
 def _why(
-    errors: dict[str, float], ratio: float | None, off: dict[str, tuple[float, float]], replicas: int
+    errors: dict[str, float],
+    ratio: float | None,
+    off: dict[str, tuple[float, float]],
+    replicas: int,
+    looked_up: set[str] = frozenset(),
 ) -> str:
     """The disagreement, its figures and its likely cause, in one message."""
     worst = max(errors, key=errors.get) if errors else None
@@ -302,7 +331,9 @@ def _why(
     figures += [
         f"logged {k} {n:.6g} on {replicas} replicas, {o:.6g} on one device" for k, (n, o) in off.items()
     ]
-    if ratio is not None and abs(ratio - replicas) < 0.1 * replicas:
+    if updates_off and worst in looked_up:  # issue 57 item 7
+        cause = SPARSE_CAUSE
+    elif ratio is not None and abs(ratio - replicas) < 0.1 * replicas:
         cause = (
             f"the gradients were summed over the {replicas} replicas instead of averaged: a loss "
             "computed in your own train_step that is a mean over the replica's rows (divide the "
