@@ -348,3 +348,49 @@ def test_a_position_embedding_under_adam_is_said_or_trains_as_one_device(per_exa
         assert proof["status"] == "differ"
         assert "Likely cause: sparse gradients" in proof["sentence"]
         assert "broadcast the positions to the batch" in proof["sentence"]
+
+
+@pytest.mark.slow
+@pytest.mark.process
+@pytest.mark.parametrize(("files", "rows"), [(1, 97), (2, 100)])
+def test_a_dataset_reading_files_trains_on_two_workers_as_one_device(tmp_path, files, rows):
+    """Item 8: TensorFlow's AUTO policy shards a Dataset that reads files by FILE: one file
+    failed ("Could not apply FILE based sharding"), two trained each worker on its own file.
+    Each worker now takes its slice of every global batch (DATA), the short last one included
+    (97 rows: a last batch of 1, one worker without rows)."""
+    import json
+    import sys
+
+    from conftest import run_cli
+
+    script = __import__("pathlib").Path(__file__).parent / "scripts" / "file_dataset.py"
+    done = run_cli(
+        "launch",
+        "--nproc",
+        "2",
+        "--",
+        sys.executable,
+        str(script),
+        str(tmp_path),
+        str(files),
+        str(rows),
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    sys.path.insert(0, str(script.parent))
+    try:
+        import file_dataset
+    finally:
+        sys.path.remove(str(script.parent))
+    x, y = file_dataset.rows_of(rows)
+    reference = file_dataset.model()
+    expected = reference.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), epochs=2, verbose=0)
+    for worker in ("worker-0", "worker-1"):
+        weights = np.load(tmp_path / f"{worker}.npz")
+        for i, theirs in enumerate(reference.get_weights()):
+            np.testing.assert_allclose(weights[f"arr_{i}"], theirs, rtol=1e-5, atol=1e-6)
+        result = json.loads((tmp_path / f"{worker}.json").read_text())
+        assert result["history"]["loss"] == pytest.approx(expected.history["loss"], rel=1e-5)
+        assert result["evaluate"] == pytest.approx(
+            reference.evaluate(x, y, batch_size=16, verbose=0), rel=1e-5
+        )
