@@ -93,9 +93,19 @@ class Trainer:
         """XLA as the model's ``compile`` asked (``jit_compile=True``, or Keras's "auto" that
         resolved to it on a GPU): keras-io's image classification example asks for it there, and
         ``tfgpu.fit`` dropped it without a word. Where XLA cannot compile the step, said."""
+        import tensorflow as tf
+
         if getattr(self.setup.model, "_jit_compile", None) is not True:
             return False
         refused = self.setup.xla_refused()
+        if (
+            refused is None
+            and self.setup.strategy.num_replicas_in_sync > 1
+            and tf.config.list_physical_devices("GPU")
+        ):
+            # Keras's "auto" reads True too on a GPU machine (for a model compiled outside any
+            # scope), and turns itself off under a strategy: on several GPUs only an explicit ask
+            refused = "on several GPUs XLA is taken only from tfgpu.fit(jit_compile=True)"
         choices.record(
             "jit_compile",
             refused is None,
