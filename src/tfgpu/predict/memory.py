@@ -68,13 +68,12 @@ def predict_arrays(
         dataset = _batches(tensors, rows=rows, global_batch=global_batch)
     iterator = _iterator(strategy, dataset, per_replica=None if rows is None else global_batch // replicas)
     call = _compiled(strategy, model, per_call=per_call, spec=dataset.element_spec, arrays=rows is not None)
-    listed = _callbacks(
-        callbacks, model=model, verbose=verbose, steps=None if rows is None else -(-rows // global_batch)
-    )
+    total = None if rows is None else -(-rows // global_batch)  # batches, where known
+    listed = _callbacks(callbacks, model=model, verbose=verbose, steps=total)
     listed.on_predict_begin()
     parts, done = [], 0
     with concurrent.futures.ThreadPoolExecutor(1) as copier:
-        while True:
+        while total is None or done < total:  # no batch hook past the last batch, as Keras
             listed.on_predict_batch_begin(done)
             taken, outputs = call(iterator)
             if int(taken):  # a host-side counter: reading it does not wait for the device

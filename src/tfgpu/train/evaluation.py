@@ -56,7 +56,8 @@ class Evaluator:
         iterator, _ = source.iterator(0)
         acting = callbacks is not None and callback_setup.acting_per_batch(callbacks, kind="test")
         if acting:
-            out = self._batch_by_batch(iterator, limit or ALL, callbacks, acting)
+            # a batch's hooks only where there is one (arrays: Keras calls none past the last)
+            out = self._batch_by_batch(iterator, limit or source.known_length() or ALL, callbacks, acting)
         else:
             out = self._run(iterator, timing.limit(limit or ALL))
         logs = pythonify(out["logs"])

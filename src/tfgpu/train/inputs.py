@@ -187,6 +187,7 @@ class Input:
             self._rows = rows
             if training:
                 self.steps_per_epoch = training_steps(rows, global_batch, self.replicas)
+                _say_a_pass_per_epoch(task.steps_per_epoch, self.steps_per_epoch)
                 with tf.device("/cpu:0"):
                     self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
 
@@ -233,7 +234,10 @@ class Input:
         return iter(self.built(epoch)), step
 
     def known_length(self) -> int | None:
-        """Batches in a pass over a ``tf.data.Dataset`` when tf.data knows (None: unknown or infinite)."""
+        """Batches in a pass when known: arrays' (in training the epoch's steps), a
+        ``tf.data.Dataset``'s when tf.data knows (None: unknown or infinite)."""
+        if self._arrays_given:
+            return self.steps_per_epoch if self.training else -(-self._rows // self.global_batch)
         if not self.is_dataset:
             return None
         batches = int(self.source.cardinality())
@@ -419,6 +423,23 @@ class Input:
             index = epochs.flat_map(lambda epoch: whole_batches(order_of(epoch)))
             batches = _gather_in_chunks(index, tensors, per_replica=per_replica, training=True)
         return batches.prefetch(tf.data.AUTOTUNE).with_options(in_memory_options(tf))
+
+
+def _say_a_pass_per_epoch(asked: int | None, steps: int) -> None:
+    """``steps_per_epoch`` given with arrays is not applied yet: each epoch is one pass over the
+    rows. Said, not silent (keras-io's callbacks guide fits arrays with ``steps_per_epoch=5``:
+    Keras then takes 5 batches an epoch, going on through the rows, and a shorter epoch where a
+    pass ends)."""
+    if asked is None or asked == steps:
+        return
+    from tfgpu import choices
+
+    choices.record(
+        "steps_per_epoch",
+        f"{steps} (a pass over the arrays)",
+        f"steps_per_epoch={asked} is not applied to arrays: each epoch trains on every row once "
+        "(pass a tf.data.Dataset to take a given number of batches an epoch)",
+    )
 
 
 def _sliced_per_batch(dataset: Any, strategy: Any, *, direct: bool) -> Any:

@@ -329,7 +329,7 @@ class EpochLoop(Loop):
                     break
         if not run.history and self.resumed_from:
             self.finished_before(callbacks, epochs=epochs)
-        callbacks.on_train_end(run.history[-1] if run.history else None)
+        callbacks.on_train_end(run.last_logs)
         return self.finish(run)
 
     def _train_epoch(self, run: RunLog, steps: int | None, callbacks: Any) -> bool:

@@ -59,7 +59,7 @@ class ParameterServerLoop(Loop):
                 run.close(window)
                 if per_epoch and self.counters.epoch_step >= per_epoch:
                     self.end_epoch(run, callbacks, validation=validation)
-        callbacks.on_train_end(run.history[-1] if run.history else None)
+        callbacks.on_train_end(run.last_logs)
         return self.finish(run)
 
     @staticmethod

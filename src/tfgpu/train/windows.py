@@ -163,6 +163,7 @@ class RunLog:
         self.steps_run = 0  # this run's (a resumed run's counter starts past 0)
         self.raw_wait = self.raw_wall = 0.0  # everything, start-up costs included
         self.epoch_steps = 0
+        self.last_logs: dict[str, Any] | None = None  # the last epoch's, as on_train_end takes them
         self.logs: dict[str, Any] = {}  # the last window's
         self.started = time.perf_counter()
         self.writer = _summary_writer(options.log_dir) if is_chief else None
@@ -242,6 +243,7 @@ class RunLog:
     def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
         """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
         self.history.append({"epoch": epoch + 1, "steps": self.epoch_steps, **logs})
+        self.last_logs = dict(logs)  # as Keras gives them to on_train_end: no epoch or steps
         self.epoch_steps = 0
 
     def warm_epoch(self, epoch: int, why: str) -> None:
