@@ -394,3 +394,55 @@ def test_a_dataset_reading_files_trains_on_two_workers_as_one_device(tmp_path, f
         assert result["evaluate"] == pytest.approx(
             reference.evaluate(x, y, batch_size=16, verbose=0), rel=1e-5
         )
+
+
+def test_pass_at_follows_keras_s_epochs_through_the_arrays():
+    """1000 rows in batches of 64 (16 a pass) at 5 an epoch: Keras trains 5, 5, 5, 1, then again."""
+    from tfgpu.train.inputs import pass_at
+
+    starts = [pass_at(e, per_epoch=5, pass_steps=16) for e in range(9)]
+    assert starts == [(0, 0), (0, 5), (0, 10), (0, 15), (1, 0), (1, 5), (1, 10), (1, 15), (2, 0)]
+    assert [pass_at(e, per_epoch=20, pass_steps=16) for e in range(3)] == [(0, 0), (1, 0), (2, 0)]
+
+
+class StopAt(keras.callbacks.Callback):
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 == self.epoch:
+            self.model.stop_training = True
+
+
+def test_steps_per_epoch_on_arrays_takes_keras_s_batches_and_resumes(tmp_path, clean_choices):
+    """keras-io's callbacks guide fits 1000 rows with batch_size=64, steps_per_epoch=5: Keras
+    takes 5 batches an epoch, going on through the rows, an epoch of 1 where a pass ends, then a
+    new pass. tfgpu took a whole pass every epoch (32 steps where Keras takes 10 in 2 epochs). A
+    run stopped after epoch 3 and started again resumes at its place in the pass."""
+    rng = np.random.default_rng(0)
+    x = rng.random((1000, 4), dtype=np.float32)
+    y = x.sum(1, keepdims=True)
+    args = dict(batch_size=64, steps_per_epoch=5, epochs=8, shuffle=False, verbose=0)
+
+    def model():
+        keras.utils.set_random_seed(0)
+        made = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        made.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse")
+        return made
+
+    reference = model()
+    expected = reference.fit(x, y, **args).history["loss"]
+    ours = model()
+    history = tfgpu.fit(ours, x, y, strategy=local_strategy(2), **args)
+    assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
+    assert_same_weights(ours, reference)
+    assert int(keras.ops.convert_to_numpy(ours.optimizer.iterations)) == 5 + 5 + 5 + 1 + 5 + 5 + 5 + 1
+
+    stopped = model()
+    place = dict(checkpoint_dir=tmp_path, strategy=local_strategy(2))
+    first = tfgpu.fit(stopped, x, y, callbacks=[StopAt(3)], **place, **args)
+    assert len(first.history["loss"]) == 3
+    resumed = model()
+    tfgpu.fit(resumed, x, y, **place, **args)
+    assert_same_weights(resumed, reference)

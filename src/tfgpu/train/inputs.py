@@ -176,6 +176,7 @@ class Input:
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
         self._arrays_given = is_arrays(source)
         self._drop_remainder: bool | None = None  # a directory's: None is the pipeline's default
+        self._by_steps = False  # arrays with a steps_per_epoch of their own (``pass_at``)
         if training and isinstance(source, (str, os.PathLike)):
             self._check_directory_rows(source)
         if self._arrays_given:
@@ -186,8 +187,9 @@ class Input:
                 self._tensors = tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source)))
             self._rows = rows
             if training:
-                self.steps_per_epoch = training_steps(rows, global_batch, self.replicas)
-                _say_a_pass_per_epoch(task.steps_per_epoch, self.steps_per_epoch)
+                self._pass_steps = training_steps(rows, global_batch, self.replicas)
+                self._by_steps = task.steps_per_epoch not in (None, self._pass_steps)
+                self.steps_per_epoch = task.steps_per_epoch if self._by_steps else self._pass_steps
                 with tf.device("/cpu:0"):
                     self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
 
@@ -230,7 +232,9 @@ class Input:
                 return self._live[0], 0
             self._live = None  # the old iterator (and its prefetch threads) goes first
             if self._arrays_given:
-                self._first_epoch.assign(epoch)  # read when the iterator starts
+                first, offset = self._pass_at(epoch)
+                self._first_epoch.assign(first)  # read when the iterator starts
+                step += offset
         return iter(self.built(epoch)), step
 
     def known_length(self) -> int | None:
@@ -287,11 +291,27 @@ class Input:
             )
         return self._per_worker(0)
 
+    def epoch_length(self, epoch: int) -> int | None:
+        """Steps in ``epoch`` when known: ``steps_per_epoch``, but for arrays with one of their
+        own, as many as are left in the pass where that is fewer (``pass_at``)."""
+        if not self._by_steps:
+            return self.steps_per_epoch
+        return min(self.steps_per_epoch, self._pass_steps - self._pass_at(epoch)[1])
+
+    def _pass_at(self, epoch: int) -> tuple[int, int]:
+        """(pass, batches into it) where ``epoch`` starts: the epoch itself and 0 but for arrays
+        with a ``steps_per_epoch`` of their own (``pass_at``)."""
+        if not self._by_steps:
+            return epoch, 0
+        return pass_at(epoch, per_epoch=self.steps_per_epoch, pass_steps=self._pass_steps)
+
     def stopped_at(self, iterator: Any, epoch: int, step: int, *, exhausted: bool = False) -> None:
         """Where ``iterator`` now stands (the next batch is ``step`` of ``epoch``); ``exhausted``:
         it ran out of data, so the next epoch starts a new one."""
         if self.steps_per_epoch is None:
             return
+        if self._by_steps and not exhausted:  # the pass ended with the epoch: the next starts one
+            exhausted = self._pass_at(epoch)[1] + step >= self._pass_steps
         if exhausted:
             self._live = None
             return
@@ -414,9 +434,13 @@ class Input:
 
         # built once: a new iterator starts at the epoch the variable holds then
         start = self._first_epoch
-        epochs = tf.data.Dataset.from_tensors(0).flat_map(
-            lambda _: tf.data.Dataset.range(start.read_value(), tf.int64.max)
-        )
+
+        def from_start(_: Any) -> Any:
+            first = start.read_value()
+            # by steps: one pass, so that it runs out where a pass ends, as Keras's iterator does
+            return tf.data.Dataset.range(first, first + 1 if self._by_steps else tf.int64.max)
+
+        epochs = tf.data.Dataset.from_tensors(0).flat_map(from_start)
         if tail:  # each epoch gathered on its own: its last batch has another shape
             batches = epochs.flat_map(with_short_batch)
         else:
@@ -425,21 +449,18 @@ class Input:
         return batches.prefetch(tf.data.AUTOTUNE).with_options(in_memory_options(tf))
 
 
-def _say_a_pass_per_epoch(asked: int | None, steps: int) -> None:
-    """``steps_per_epoch`` given with arrays is not applied yet: each epoch is one pass over the
-    rows. Said, not silent (keras-io's callbacks guide fits arrays with ``steps_per_epoch=5``:
-    Keras then takes 5 batches an epoch, going on through the rows, and a shorter epoch where a
-    pass ends)."""
-    if asked is None or asked == steps:
-        return
-    from tfgpu import choices
-
-    choices.record(
-        "steps_per_epoch",
-        f"{steps} (a pass over the arrays)",
-        f"steps_per_epoch={asked} is not applied to arrays: each epoch trains on every row once "
-        "(pass a tf.data.Dataset to take a given number of batches an epoch)",
-    )
+def pass_at(epoch: int, *, per_epoch: int, pass_steps: int) -> tuple[int, int]:
+    """(the pass over the arrays that ``epoch`` starts in, the batches into it), with Keras's
+    ``steps_per_epoch`` on arrays: an epoch takes ``per_epoch`` batches, going on through the
+    rows from where the last stopped, and ends early where a pass ends; the next starts a new
+    pass (keras-io's callbacks guide: 1000 rows in batches of 64 at 5 an epoch train 5, 5, 5, 1,
+    then again). A pure function of the epoch, so a resumed run finds its place."""
+    passes, offset = 0, 0
+    for _ in range(epoch):
+        offset += min(per_epoch, pass_steps - offset)
+        if offset >= pass_steps:
+            passes, offset = passes + 1, 0
+    return passes, offset
 
 
 def _sliced_per_batch(dataset: Any, strategy: Any, *, direct: bool) -> Any:

@@ -342,13 +342,11 @@ class EpochLoop(Loop):
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
             self.setup.function("skip")(iterator, timing.limit(skip))
         ended = False
+        per_epoch = source.epoch_length(epoch)
         try:
-            ended = self._train_steps(
-                run, iterator, steps, per_epoch=source.steps_per_epoch, callbacks=callbacks
-            )
+            ended = self._train_steps(run, iterator, steps, per_epoch=per_epoch, callbacks=callbacks)
             return ended
         finally:
-            per_epoch = source.steps_per_epoch
             exhausted = ended and (per_epoch is None or self.counters.epoch_step < per_epoch)
             source.stopped_at(iterator, epoch, self.counters.epoch_step, exhausted=exhausted)
 
