@@ -713,3 +713,73 @@ def test_text_classification_with_transformer_example():
     expected = example(KerasUnder(strategy))
     got = example(tfgpu_with(strategy))
     same_runs(got, expected, keys=["history", "weights"])
+
+
+# -- keras-io examples/structured_data/regression_boston_housing.py -----------------------------------
+def test_regression_boston_housing_example():
+    """keras-io examples/structured_data/regression_boston_housing.py: ``build_model()`` a
+    Sequential whose first Dense takes ``input_shape=[13]`` (Keras 3 warns and builds it),
+    Dense(32, relu) x2, Dense(1), compiled with "mse", "adam", ["mae", "mse"]; fit with
+    ``batch_size=32``, ``validation_split=0.3`` and ``EarlyStopping(monitor="val_loss",
+    patience=10)``; ``loss, mae, mse = model.evaluate(...)``; ``model.predict(x_test).flatten()``.
+    The training split (247 rows) ends in a batch of 23 rows, 12 and 11 on the 2 replicas: each
+    replica's loss weighed by its share of the rows.
+
+    Lines changed: none (the strategy passed). Test-only: ``shuffle=False``; Boston housing's 506
+    rows (70:30, ``seed=42``) are synthetic of its shapes (354 training rows of 13 float64
+    features, float64 prices); epochs 100 -> 4; the plots left out.
+    """
+    r = np.random.default_rng(42)
+    features = r.random((506, 13)) * np.linspace(1, 100, 13)
+    prices = features @ r.random(13) / 50 + r.normal(size=506)
+    x_train, y_train, x_test, y_test = features[:354], prices[:354], features[354:], prices[354:]
+    strategy = local_strategy(2)
+
+    def example(api):
+        keras.utils.set_random_seed(0)
+
+        def build_model():
+            model = keras.Sequential(
+                [
+                    # input_shape is number of features
+                    layers.Dense(32, activation="relu", input_shape=[x_train.shape[1]]),
+                    layers.Dense(32, activation="relu"),
+                    layers.Dense(1),
+                ]
+            )
+
+            # The loss function is mean squared error
+            # The metrics is Mean Absolute Error and Mean Squared Error
+            model.compile(loss="mse", optimizer="adam", metrics=["mae", "mse"])
+            return model
+
+        # Build the model
+        model = build_model()
+
+        # Use early stopping to break the training if the val_loss doesn't changed in 10 epochs
+        early_stop = keras.callbacks.EarlyStopping(monitor="val_loss", patience=10)
+
+        history = api.fit(
+            model,
+            x_train,
+            y_train,
+            batch_size=32,
+            epochs=4,
+            verbose=0,
+            validation_split=0.3,
+            callbacks=[early_stop],
+            shuffle=False,
+        )
+        # Test Loss
+        loss, mae, mse = api.evaluate(model, x_test, y_test, verbose=2)
+        prediction = api.predict(model, x_test).flatten()
+        return {
+            "history": history.history,
+            "weights": model.get_weights(),
+            "test": [loss, mae, mse],
+            "prediction": prediction,
+        }
+
+    expected = example(KERAS)
+    assert set(expected["history"]) == {"loss", "mae", "mse", "val_loss", "val_mae", "val_mse"}
+    same_runs(example(tfgpu_with(strategy, everywhere=True)), expected)
