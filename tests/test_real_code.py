@@ -280,8 +280,8 @@ def embedding_model(optimizer):
     return model
 
 
-@pytest.mark.parametrize("source", ["arrays", "dataset"])
-def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, clean_choices):
+@pytest.mark.parametrize("source", ["arrays", "dataset", "file"])
+def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, tmp_path, clean_choices):
     """Item 6: an Embedding's IndexedSlices gradients are all-gathered; a short last batch inside
     the in-graph loop aborted it ("Collective ops is aborted by: Shape mismatch"). tfgpu's own
     strategy here: collective all-reduce over the 3 logical CPUs, as a user's would be."""
@@ -291,6 +291,15 @@ def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, c
     args = dict(batch_size=18, shuffle=False) if source == "arrays" else {}
     reference = embedding_model(lambda: keras.optimizers.Adam(0.01))
     expected = reference.fit(*data, epochs=2, verbose=0, **args).history["loss"]
+    if source == "file":  # a Dataset of unknown length: tfgpu reads the same rows from a file
+        path = tmp_path / "rows.txt"
+        path.write_text("".join(",".join(map(str, (*x[i], y[i, 0]))) + "\n" for i in range(len(x))))
+
+        def parse(line):
+            values = tf.strings.to_number(tf.strings.split(line, ","))
+            return tf.cast(values[:5], tf.int64), values[5:]
+
+        data = (tf.data.TextLineDataset(str(path)).map(parse).batch(18),)
     model = embedding_model(lambda: keras.optimizers.Adam(0.01))
     strategy = tfgpu.strategy()
     assert strategy.num_replicas_in_sync == 3  # 69 rows of 18: a last batch of 15, 5 a replica
