@@ -641,8 +641,8 @@ def _user_frame(exc: BaseException) -> str | None:
     libraries = {Path(paths[k]).resolve() for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     libraries.add(Path(__file__).resolve().parents[1])  # tfgpu
     for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        if frame.filename.startswith("<"):
-            continue
+        if frame.filename.startswith("<") or "__autograph_generated_file" in frame.filename:
+            continue  # Python's own, or AutoGraph's conversion of a function (not a file of theirs)
         path = Path(frame.filename).resolve()
         if "site-packages" in path.parts or any(path.is_relative_to(lib) for lib in libraries):
             continue
