@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from keras import layers, ops
+from keras.layers import StringLookup
 
 import guides
 from conftest import local_strategy
@@ -713,6 +715,271 @@ def test_text_classification_with_transformer_example():
     expected = example(KerasUnder(strategy))
     got = example(tfgpu_with(strategy))
     same_runs(got, expected, keys=["history", "weights"])
+
+
+# -- keras-io examples/keras_recipes/memory_efficient_embeddings.py -----------------------------------
+def embedding_encoder(vocabulary, embedding_dim, num_oov_indices=0, name=None):
+    return keras.Sequential(
+        [
+            StringLookup(vocabulary=vocabulary, mask_token=None, num_oov_indices=num_oov_indices),
+            layers.Embedding(input_dim=len(vocabulary) + num_oov_indices, output_dim=embedding_dim),
+        ],
+        name=f"{name}_embedding" if name else None,
+    )
+
+
+class QREmbedding(keras.layers.Layer):
+    def __init__(self, vocabulary, embedding_dim, num_buckets, name=None):
+        super().__init__(name=name)
+        self.num_buckets = num_buckets
+
+        self.index_lookup = StringLookup(vocabulary=vocabulary, mask_token=None, num_oov_indices=0)
+        self.q_embeddings = layers.Embedding(
+            num_buckets,
+            embedding_dim,
+        )
+        self.r_embeddings = layers.Embedding(
+            num_buckets,
+            embedding_dim,
+        )
+
+    def call(self, inputs):
+        # Get the item index.
+        embedding_index = self.index_lookup(inputs)
+        # Get the quotient index.
+        quotient_index = tf.math.floordiv(embedding_index, self.num_buckets)
+        # Get the reminder index.
+        remainder_index = tf.math.floormod(embedding_index, self.num_buckets)
+        # Lookup the quotient_embedding using the quotient_index.
+        quotient_embedding = self.q_embeddings(quotient_index)
+        # Lookup the remainder_embedding using the remainder_index.
+        remainder_embedding = self.r_embeddings(remainder_index)
+        # Use multiplication as a combiner operation
+        return quotient_embedding * remainder_embedding
+
+
+class MDEmbedding(keras.layers.Layer):
+    def __init__(self, blocks_vocabulary, blocks_embedding_dims, base_embedding_dim, name=None):
+        super().__init__(name=name)
+        self.num_blocks = len(blocks_vocabulary)
+        self.base_embedding_dim = base_embedding_dim  # test-only: the example reads the global
+
+        # Create vocab to block lookup.
+        keys = []
+        values = []
+        for block_idx, block_vocab in enumerate(blocks_vocabulary):
+            keys.extend(block_vocab)
+            values.extend([block_idx] * len(block_vocab))
+        self.vocab_to_block = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(keys, values), default_value=-1
+        )
+
+        self.block_embedding_encoders = []
+        self.block_embedding_projectors = []
+
+        # Create block embedding encoders and projectors.
+        for idx in range(self.num_blocks):
+            vocabulary = blocks_vocabulary[idx]
+            embedding_dim = blocks_embedding_dims[idx]
+            block_embedding_encoder = embedding_encoder(vocabulary, embedding_dim, num_oov_indices=1)
+            self.block_embedding_encoders.append(block_embedding_encoder)
+            if embedding_dim == base_embedding_dim:
+                self.block_embedding_projectors.append(layers.Lambda(lambda x: x))
+            else:
+                self.block_embedding_projectors.append(layers.Dense(units=base_embedding_dim))
+
+    def call(self, inputs):
+        # Get block index for each input item.
+        block_indicies = self.vocab_to_block.lookup(inputs)
+        # Initialize output embeddings to zeros.
+        embeddings = tf.zeros(shape=(tf.shape(inputs)[0], self.base_embedding_dim))
+        # Generate embeddings from blocks.
+        for idx in range(self.num_blocks):
+            # Lookup embeddings from the current block.
+            block_embeddings = self.block_embedding_encoders[idx](inputs)
+            # Project embeddings to base_embedding_dim.
+            block_embeddings = self.block_embedding_projectors[idx](block_embeddings)
+            # Create a mask to filter out embeddings of items that do not belong to the current block.
+            mask = tf.expand_dims(tf.cast(block_indicies == idx, tf.dtypes.float32), 1)
+            # Set the embeddings for the items not belonging to the current block to zeros.
+            block_embeddings = block_embeddings * mask
+            # Add the block embeddings to the final embeddings.
+            embeddings += block_embeddings
+
+        return embeddings
+
+
+def test_memory_efficient_embeddings_example(tmp_path, monkeypatch):
+    """keras-io examples/keras_recipes/memory_efficient_embeddings.py: ratings written to "|"
+    separated CSV files and read with ``tf.data.experimental.make_csv_dataset`` (string
+    ``user_id`` / ``movie_id`` features, a float ``rating`` label; the training file shuffled);
+    a baseline model (two ``Sequential`` s of ``StringLookup`` + ``Embedding`` on string
+    ``Input(shape=())``, a ``Dot``, sigmoid * 5), then a memory-efficient one: ``QREmbedding``
+    (a StringLookup, quotient and remainder indices, two Embeddings multiplied) and
+    ``MDEmbedding`` (a ``tf.lookup.StaticHashTable`` made in ``__init__`` mapping each movie to
+    its block, per-block lookups of mixed dimensions projected by Dense layers, masked and
+    summed); each compiled in ``run_experiment`` (Adam, MeanSquaredError, MeanAbsoluteError
+    named "mae") and fit with ``validation_data``. The reference is Keras's fit on one device:
+    Keras's own fit cannot run these models moved into a MirroredStrategy (its StringLookup
+    vocabularies fail in ``AddN`` on strings), tfgpu's must.
+
+    Lines changed: none (the strategy passed). Test-only: 1M ratings -> 640 synthetic rows (85%
+    train by the example's ``np.random.rand`` split), 6040 users -> 2500 (the quotient indices
+    need users / (users // 50) <= users // 50), 3706 movies -> 60 with blocks [:400], [400:1700],
+    [1700:] -> [:10], [10:30], [30:]; base_embedding_dim 64 -> 8 and block dims [64, 32, 16] ->
+    [8, 4, 2]; num_epochs 3 -> 2; the CSV written without pandas (the same lines its
+    ``to_csv(index=False, sep="|", header=False)`` writes); ``MDEmbedding`` keeps
+    ``base_embedding_dim`` on ``self`` (the example reads the module's global); the run in
+    ``tmp_path``; Keras's reference is told the training file's length (``assert_cardinality``):
+    its own fit on a Dataset of unknown length steps the optimizer once more an epoch, and under
+    Adam (bias correction by the step count) its weights then drifted 1e-3 from the same run
+    told the length, and from tfgpu's; the training file read with ``shuffle=False`` (a Dataset
+    reshuffled each epoch is read in another order by Keras's own fit than its iterations give:
+    test_guides' ``test_training_guide_tf_data_reshuffled_each_epoch``; with the example's
+    shuffle the weights differ by one Adam step, 1.3e-3, in both runs' orders).
+    """
+    monkeypatch.chdir(tmp_path)
+    r = np.random.default_rng(8)
+    n_ratings, n_users, n_movies = 640, 2500, 60
+    user_ids = [f"user_{i}" for i in r.integers(1, n_users + 1, n_ratings)]
+    user_ids[: n_users // 4] = [f"user_{i}" for i in range(1, n_users // 4 + 1)]
+    movie_ids = [f"movie_{i}" for i in (r.zipf(1.5, n_ratings) % n_movies) + 1]
+    ratings = [float(v) for v in r.integers(1, 6, n_ratings)]
+    csv_header = ["user_id", "movie_id", "rating"]
+    user_vocabulary = list(dict.fromkeys(user_ids + [f"user_{i}" for i in range(1, n_users + 1)]))
+    movie_vocabulary = list(dict.fromkeys(movie_ids + [f"movie_{i}" for i in range(1, n_movies + 1)]))
+
+    np.random.seed(0)
+    random_selection = np.random.rand(n_ratings) <= 0.85
+    for path, keep in (("train_data.csv", random_selection), ("eval_data.csv", ~random_selection)):
+        rows = [f"{u}|{m}|{v}" for u, m, v, k in zip(user_ids, movie_ids, ratings, keep, strict=True) if k]
+        (tmp_path / path).write_text("\n".join(rows) + "\n")
+
+    target_feature_name = "rating"
+    learning_rate = 0.001
+    batch_size = 128
+    num_epochs = 2
+    base_embedding_dim = 8
+
+    counts = {m: movie_ids.count(m) for m in movie_vocabulary}
+    sorted_movie_vocabulary = sorted(movie_vocabulary, key=lambda m: -counts[m])
+    movie_blocks_vocabulary = [
+        sorted_movie_vocabulary[:10],  # high popularity movies block
+        sorted_movie_vocabulary[10:30],  # normal popularity movies block
+        sorted_movie_vocabulary[30:],  # low popularity movies block
+    ]
+    movie_blocks_embedding_dims = [8, 4, 2]
+    user_embedding_num_buckets = len(user_vocabulary) // 50
+    assert math.ceil(len(user_vocabulary) / user_embedding_num_buckets) <= user_embedding_num_buckets
+    strategy = local_strategy(2)
+
+    def get_dataset_from_csv(csv_file_path, batch_size=128, shuffle=True):
+        return tf.data.experimental.make_csv_dataset(
+            csv_file_path,
+            batch_size=batch_size,
+            column_names=csv_header,
+            label_name=target_feature_name,
+            num_epochs=1,
+            header=False,
+            field_delim="|",
+            shuffle=shuffle,
+        )
+
+    def batches(path):
+        with open(path) as rows:
+            return math.ceil(sum(1 for _ in rows) / batch_size)
+
+    def example(api):
+        def run_experiment(model):
+            # Compile the model.
+            model.compile(
+                optimizer=keras.optimizers.Adam(learning_rate),
+                loss=keras.losses.MeanSquaredError(),
+                metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+            )
+            # Read the training data.
+            train_dataset = get_dataset_from_csv("train_data.csv", batch_size, shuffle=False)  # test-only
+            # Read the test data.
+            eval_dataset = get_dataset_from_csv("eval_data.csv", batch_size, shuffle=False)
+            if api is KERAS:  # test-only: the length told (see the docstring)
+                train_dataset = train_dataset.apply(
+                    tf.data.experimental.assert_cardinality(batches("train_data.csv"))
+                )
+            # Fit the model with the training data.
+            history = api.fit(
+                model,
+                train_dataset,
+                epochs=num_epochs,
+                validation_data=eval_dataset,
+            )
+            return history
+
+        def create_baseline_model():
+            # Receive the user as an input.
+            user_input = layers.Input(name="user_id", shape=(), dtype=tf.string)
+            # Get user embedding.
+            user_embedding = embedding_encoder(
+                vocabulary=user_vocabulary, embedding_dim=base_embedding_dim, name="user"
+            )(user_input)
+
+            # Receive the movie as an input.
+            movie_input = layers.Input(name="movie_id", shape=(), dtype=tf.string)
+            # Get embedding.
+            movie_embedding = embedding_encoder(
+                vocabulary=movie_vocabulary, embedding_dim=base_embedding_dim, name="movie"
+            )(movie_input)
+
+            # Compute dot product similarity between user and movie embeddings.
+            logits = layers.Dot(axes=1, name="dot_similarity")([user_embedding, movie_embedding])
+            # Convert to rating scale.
+            prediction = keras.activations.sigmoid(logits) * 5
+            # Create the model.
+            model = keras.Model(inputs=[user_input, movie_input], outputs=prediction, name="baseline_model")
+            return model
+
+        def create_memory_efficient_model():
+            # Take the user as an input.
+            user_input = layers.Input(name="user_id", shape=(), dtype=tf.string)
+            # Get user embedding.
+            user_embedding = QREmbedding(
+                vocabulary=user_vocabulary,
+                embedding_dim=base_embedding_dim,
+                num_buckets=user_embedding_num_buckets,
+                name="user_embedding",
+            )(user_input)
+
+            # Take the movie as an input.
+            movie_input = layers.Input(name="movie_id", shape=(), dtype=tf.string)
+            # Get embedding.
+            movie_embedding = MDEmbedding(
+                blocks_vocabulary=movie_blocks_vocabulary,
+                blocks_embedding_dims=movie_blocks_embedding_dims,
+                base_embedding_dim=base_embedding_dim,
+                name="movie_embedding",
+            )(movie_input)
+
+            # Compute dot product similarity between user and movie embeddings.
+            logits = layers.Dot(axes=1, name="dot_similarity")([user_embedding, movie_embedding])
+            # Convert to rating scale.
+            prediction = keras.activations.sigmoid(logits) * 5
+            # Create the model.
+            model = keras.Model(inputs=[user_input, movie_input], outputs=prediction, name="baseline_model")
+            return model
+
+        keras.utils.set_random_seed(0)
+        baseline_model = create_baseline_model()
+        history = run_experiment(baseline_model)
+        results = {"history_baseline": history.history, "weights_baseline": baseline_model.get_weights()}
+
+        memory_efficient_model = create_memory_efficient_model()
+        history = run_experiment(memory_efficient_model)
+        results["history_efficient"] = history.history
+        results["weights_efficient"] = memory_efficient_model.get_weights()
+        return results
+
+    expected = example(KERAS)
+    assert set(expected["history_efficient"]) == {"loss", "mae", "val_loss", "val_mae"}
+    same_runs(example(tfgpu_with(strategy)), expected)
 
 
 # -- keras-io examples/structured_data/regression_boston_housing.py -----------------------------------
