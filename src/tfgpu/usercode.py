@@ -61,7 +61,7 @@ def one_line(exc: BaseException) -> str:
 _PREAMBLE = ("[[", "Detected at", "<stack", "Graph execution error", "File ")
 
 
-_COUNTS = re.compile(r"^\d+ (root error\(s\) found|derived errors ignored)\.?")
+_COUNTS = re.compile(r"^\d+ (root error\(s\) found|derived errors ignored|successful operations)\.?")
 _ROOT = re.compile(r"^\(\d+\)\s+[A-Z_]+:\s*")
 
 

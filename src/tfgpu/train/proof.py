@@ -87,15 +87,12 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
         )
     except Exception as error:  # the check must never stop a run that would train: said, and skipped
         _assign(variables, before)
-        first = (str(error).strip().splitlines() or [""])[0][:200]
-        log.warning(
-            "tfgpu could not compare the replicas' first step with one device's: %s: %s",
-            type(error).__name__,
-            first,
-        )
-        return Proof(
-            "not checked", f"not checked: the comparison failed ({type(error).__name__}: {first})", replicas
-        )
+        from tfgpu import usercode
+
+        said = usercode.one_line(error)[:300]  # a TensorFlow error's cause, not "Graph execution error:"
+        on = "" if rows == "the first batch" else f" (it stepped on {rows}, not your data)"
+        log.warning("tfgpu could not compare the replicas' first step with one device's%s: %s", on, said)
+        return Proof("not checked", f"not checked: the comparison failed ({said})", replicas)
     finally:
         for metric in model.metrics:
             metric.reset_state()
