@@ -547,3 +547,31 @@ def test_a_malformed_csv_row_is_named_by_its_line(tmp_path):
     ) as info:
         data.convert(tmp_path / "t.csv", tmp_path / "o", options=opts(label="y", workers=1))
     assert "that line has 4 fields, the header 3" in str(info.value)
+
+
+@pytest.mark.process  # the pool's workers, where they pay
+@pytest.mark.parametrize("start_s", [3.0, 0.0])
+def test_small_work_converts_in_this_process_and_large_in_workers(arrays, tmp_path, monkeypatch, start_s):
+    """Issue 54: with no worker count asked, the first shard is converted here and timed, and the
+    rest go to worker processes only when that beats converting them here (each worker imports
+    TensorFlow: seconds). A small array file stays here; with starting workers free (0 s), the
+    pool takes the rest. Either way the shards hold every row, in order."""
+    import importlib
+
+    convert_module = importlib.import_module("tfgpu.data.convert")  # tfgpu.data.convert is the function
+    pooled = []
+    real = convert_module.run_jobs
+    monkeypatch.setattr(convert_module, "WORKER_START_S", start_s)
+    monkeypatch.setattr(convert_module.host, "cores", lambda: 2)
+    monkeypatch.setattr(
+        convert_module,
+        "run_jobs",
+        lambda fn, jobs, workers: pooled.append(len(jobs)) or real(fn, jobs, workers=workers),
+    )
+    out = tmp_path / "o"
+    result = data.convert(
+        arrays["root"] / "a.npz", out, options=ConvertOptions(min_shards=4, keep_order=True)
+    )
+    assert result.shards_written == 4
+    assert pooled == ([] if start_s else [3])  # the first shard here, the other 3 in the pool or not
+    assert np.array_equal(read_all(out)["x"], arrays["values"]["x"])

@@ -46,7 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="image folders: write rows in listing order, class by class (default: shuffled once, so "
         "every shard holds every class)",
     )
-    p.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    p.add_argument(
+        "--workers", type=int, help="worker processes (default: one per core where they pay, measured)"
+    )
     p.add_argument(
         "--overwrite",
         action="store_true",

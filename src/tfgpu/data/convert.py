@@ -1,8 +1,8 @@
 """``tfgpu convert``: a source (images, table, arrays) to TFRecord shards with a manifest.
 
 Shards are planned from a size estimate (about ``target_shard_mb`` each, never fewer than
-``min_shards`` so every worker of a cluster gets several), converted in parallel worker processes,
-written under temporary names and renamed when complete. Each completed shard leaves a sidecar
+``min_shards`` so every worker of a cluster gets several), converted in parallel worker processes
+where they pay (the first shard here, timed: ``_run_jobs``), written under temporary names and renamed when complete. Each completed shard leaves a sidecar
 (rows, checksum, statistics) in ``.tfgpu/``; a re-run with the same settings verifies and skips
 those, so an interrupted conversion resumes. The manifest is written last.
 """
@@ -317,14 +317,33 @@ def _check_resume(state: Path, identity: dict[str, Any], source: str, *, overwri
     write_json_atomic(plan_file, {**wanted, **kept})
 
 
+# a worker process's start: it imports TensorFlow (3.7-4.3 s here beside a test run, 2.5 s alone)
+WORKER_START_S = 3.0
+
+
 def _run_jobs(
-    jobs: list[_ShardJob], workers: int, on_shard: Callable[[dict[str, Any]], None]
+    jobs: list[_ShardJob], workers: int, on_shard: Callable[[dict[str, Any]], None], *, measured: bool
 ) -> list[dict[str, Any]]:
-    if workers <= 1 or len(jobs) <= 1:
-        done = (_convert_shard(job) for job in jobs)
+    """Convert ``jobs``, here or in ``workers`` processes; ``measured`` (no worker count asked):
+    the first shard is converted here and timed, and the rest go to worker processes only when
+    converting them here would take longer than starting the workers and converting them there.
+    A few hundred small images convert here in about a second, where 16 workers each importing
+    TensorFlow cost the demo 40 s on the H100 host (issue 54)."""
+    results: list[dict[str, Any]] = []
+    rest = jobs
+    if measured and workers > 1 and len(jobs) > 1:
+        import tensorflow  # noqa: F401  (here as in each worker: a start, not the shard's time)
+
+        started = time.perf_counter()
+        results.append(_convert_shard(jobs[0]))
+        on_shard(results[0])
+        per_shard, rest = time.perf_counter() - started, jobs[1:]
+        if per_shard * len(rest) <= WORKER_START_S + per_shard * len(rest) / workers:
+            workers = 1
+    if workers <= 1 or len(rest) <= 1:
+        done = (_convert_shard(job) for job in rest)
     else:
-        done = run_jobs(_convert_shard, jobs, workers=workers)
-    results = []
+        done = run_jobs(_convert_shard, rest, workers=min(workers, len(rest)))
     try:
         for result in done:
             results.append(result)
@@ -405,7 +424,9 @@ def convert(
     todo = [job for job in jobs if job.index not in reused]
     workers = min(options.workers or host.cores(), max(1, len(todo)))
     try:
-        fresh = {r["index"]: r for r in _run_jobs(todo, workers, progressed)}
+        fresh = {
+            r["index"]: r for r in _run_jobs(todo, workers, progressed, measured=options.workers is None)
+        }
     except BaseException:
         # a bad row (or Ctrl-C) stops the pool, killing workers mid-shard: their temporary files
         # go too, so the directory holds only complete shards (resumable) and nothing half-written
