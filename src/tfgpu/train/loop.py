@@ -108,14 +108,6 @@ class Validation:
         return epoch + 1 in self.freq
 
 
-def has_sparse_gradients(model: Any) -> bool:
-    """Whether the model looks its weights up by index (``Embedding``, in any sub-layer: keras-io's
-    ``PositionEmbedding``), which gives IndexedSlices gradients."""
-    import keras
-
-    return any(isinstance(layer, keras.layers.Embedding) for layer in model._flatten_layers())
-
-
 class Loop:
     """What every loop shares over a ``setup``: the counters and their checkpoints (the latest
     restored when built), epoch ends with validation, evaluation and the run's record."""
@@ -203,7 +195,9 @@ class Loop:
         ops is aborted by: Shape mismatch ... expected shape [40,4] but another member ...
         [80,4]"; Keras's own fit with steps_per_execution=4 aborts alike). In a call of its own
         it trains as Keras's one step a call does; the cost is one call more an epoch."""
-        return self.setup.strategy.num_replicas_in_sync > 1 and has_sparse_gradients(self.model)
+        from tfgpu.train.model import looked_up
+
+        return self.setup.strategy.num_replicas_in_sync > 1 and bool(looked_up(self.model))
 
     def at_boundary(self) -> bool:
         return any(self.counters.step % every == 0 for every in self.options.boundaries())

@@ -203,6 +203,19 @@ def back(variable: Any, value: Any) -> None:
         variable._trainable = flag
 
 
+def looked_up(model: Any) -> set[str]:
+    """The paths of the trainable weights an ``Embedding`` (in any sub-layer: keras-io's
+    ``PositionEmbedding``) looks up by index: their gradients are IndexedSlices."""
+    import keras
+
+    return {
+        v.path
+        for layer in model._flatten_layers()
+        if isinstance(layer, keras.layers.Embedding)
+        for v in layer.trainable_variables
+    }
+
+
 def optimizers(model: Any) -> list[Any]:
     """Every optimizer the model holds, each once: ``model.optimizer`` and those a custom
     ``train_step`` keeps as attributes (keras-io's GANs compile with ``d_optimizer`` and

@@ -99,22 +99,12 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
     _assign(variables, before)
     model_cache.mark(model, ("proved", strategy))
     trained = [i for i, v in enumerate(variables) if v.trainable]
+    from tfgpu.train.model import looked_up
+
     found = _compare(
-        variables, trained, before, after_n, after_1, logged_n, logged_1, replicas, _looked_up(model)
+        variables, trained, before, after_n, after_1, logged_n, logged_1, replicas, looked_up(model)
     )
     return dataclasses.replace(found, sentence=found.sentence.replace("the first batch", rows))
-
-
-def _looked_up(model: Any) -> set[str]:
-    """The paths of the weights an ``Embedding`` looks up by index (IndexedSlices gradients)."""
-    import keras
-
-    return {
-        v.path
-        for layer in model._flatten_layers()
-        if isinstance(layer, keras.layers.Embedding)
-        for v in layer.trainable_variables
-    }
 
 
 SPARSE_CAUSE = (
