@@ -13,7 +13,8 @@ WITH_CUDA := $(CUDA)
 else
 $(error CUDA must be auto, yes or no, got '$(CUDA)')
 endif
-EXTRAS := dev$(if $(filter yes,$(WITH_CUDA)),$(comma)and-cuda)
+# ray: the tests run tfgpu.fit on a local Ray cluster (tests/test_ray.py, docs/ray.md)
+EXTRAS := dev$(comma)ray$(if $(filter yes,$(WITH_CUDA)),$(comma)and-cuda)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 # The Estimator lane: TensorFlow 2.15, the last release with tf.estimator (Python <= 3.11).
 LEGACY_VENV ?= .venv-tf215

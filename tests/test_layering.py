@@ -60,7 +60,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # read-only (TensorFlow in a child process), launch starts processes with TF_CONFIG.
     ("runtime/distribute", frozenset({"runtime", "distribute", "doctor", "launch"})),
     ("data", frozenset({"data"})),
-    ("train", frozenset({"train"})),
+    ("train", frozenset({"train", "ray"})),  # ray: tfgpu.fit's glue to Ray Train
     ("diagnose/predict/estimator", frozenset({"diagnose", "predict", "estimator"})),
     ("report/demo", frozenset({"report", "demo"})),
     ("cli", frozenset({"cli"})),

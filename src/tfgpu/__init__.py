@@ -31,6 +31,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "memory": ("tfgpu.train.footprint", "memory"),
     "predict": ("tfgpu.predict", None),  # the package, callable: tfgpu.predict(...) (callable_module)
     "estimator": ("tfgpu.estimator", None),
+    "ray": ("tfgpu.ray", None),  # Ray Train glue: imports Ray (pip install "tfgpu[ray]")
     "diagnose": ("tfgpu.diagnose", None),  # the package, callable: tfgpu.diagnose(...)
     "choices": ("tfgpu.choices", None),
     "TfgpuError": ("tfgpu.errors", "TfgpuError"),

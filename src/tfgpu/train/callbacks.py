@@ -16,6 +16,11 @@ off the main thread when no callback needs the logs at once). Two things differ 
   at each epoch's end (or every ``save_freq`` batches) into its ``backup_dir``, restored when the
   run starts again (mid-epoch too), deleted when training ends unless ``delete_checkpoint=False``.
   The same checkpoints work on every strategy; Keras's own callback writes from every worker.
+  A subclass may say more (``tfgpu.ray.ReportCheckpointCallback`` does, to hand each checkpoint
+  to Ray Train): ``epoch_ends = True`` saves at each epoch's end besides every ``save_freq``
+  batches; ``per_worker = True`` says each worker has a ``backup_dir`` of its own (removed by each
+  at the end, not by the chief alone); ``saved(path, step=, logs=)`` is called on every worker
+  after each save (``path`` None but on the chief).
 """
 
 from __future__ import annotations
@@ -164,7 +169,7 @@ def backup_options(options: Any, backup: Any) -> Any:
         options,
         checkpoint_dir=str(backup.backup_dir),
         checkpoint_every=options.checkpoint_every or every,
-        checkpoint_epochs=backup.save_freq == "epoch",
+        checkpoint_epochs=backup.save_freq == "epoch" or bool(getattr(backup, "epoch_ends", False)),
     )
 
 

@@ -160,16 +160,21 @@ class Loop:
             if self.resumed_from
             else []
         )
-        if self.resumed_from:
+        if self.resumed_from and self.setup.is_chief:
             log.info("resumed from %s at step %d", self.resumed_from, self.counters.step)
 
-    def save(self, step: int) -> str | None:
+    def save(self, step: int, logs: dict[str, Any] | None = None) -> str | None:
+        """A checkpoint at ``step`` (every worker joins; the chief's path returned), told to a
+        backup callback that asks (``callbacks``: ``saved``) with ``logs``, the figures so far."""
         if self.checkpoints is None:
             return None
         for name, value in asdict(self.counters).items():
             self._variables[name].assign(value)
         path = self.checkpoints.save(step)
         self.checkpoints.save_history(self.epochs_kept)
+        saved = getattr(self.backup, "saved", None)
+        if saved is not None:
+            saved(path, step=step, logs=pythonify(dict(logs or {})))
         return path
 
     # -- where executions end ------------------------------------------------------------------
@@ -248,7 +253,7 @@ class Loop:
         if self.backup is None or not self.backup.delete_checkpoint:
             return
         distribute.barrier(self.setup.strategy)  # every worker has written (and removed) its scratch copy
-        if self.setup.is_chief:
+        if self.setup.is_chief or getattr(self.backup, "per_worker", False):
             shutil.rmtree(self.backup.backup_dir, ignore_errors=True)
 
     def begin_epoch(self, callbacks: Any) -> None:
@@ -272,7 +277,7 @@ class Loop:
         self.last = None
         self.counters.next_epoch()
         if self.options.checkpoint_epochs:
-            self.save(self.counters.step)
+            self.save(self.counters.step, {"epoch": epoch + 1, **logs})
 
     def evaluate(
         self, data: Any = None, *, limit: int | None = None, callbacks: Any = None
@@ -308,7 +313,8 @@ class EpochLoop(Loop):
     def fit(
         self, *, epochs: int | None, steps: int | None, callbacks: Any, validation: Validation
     ) -> TrainResult:
-        choices.announce()
+        if self.setup.is_chief:  # one summary for the run, not one per worker
+            choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
         with self.run_log(steps, callbacks) as run:

@@ -280,5 +280,6 @@ class Trainer:
                 lambda: proof.zeros(setup.strategy, source.spec()),
                 rows="a batch of zeros shaped like the data's",
             )
-        (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
+        if setup.is_chief:  # the same sentence on every worker (Ray prints each worker's lines)
+            (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
         return found

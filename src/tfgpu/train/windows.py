@@ -150,7 +150,7 @@ class RunLog:
         is_chief: bool,
         total_steps: int | None,
         on_progress: Callable[[Progress], None] | None,
-        save: Callable[[int], Any],
+        save: Callable[[int, dict[str, Any]], Any],
         workers: int = 1,
     ) -> None:
         self.options, self.global_batch, self.is_chief = options, global_batch, is_chief
@@ -238,7 +238,7 @@ class RunLog:
             )
         every = self.options.checkpoint_every
         if every and step // every > window.first_step // every:
-            self._save(step)
+            self._save(step, {"epoch": window.epoch + 1, **figures.logs})
 
     def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
         """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
