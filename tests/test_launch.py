@@ -244,6 +244,39 @@ def test_each_worker_s_own_devices_are_its_own(tmp_path):
         assert seen["own"] == seen["split"] == [own]
 
 
+@pytest.mark.process
+def test_a_cluster_task_takes_device_settings_from_its_environment_and_says_a_later_ask_is_too_late(
+    tmp_path,
+):
+    """``import tfgpu`` starts a launched task's devices (its cluster server); the TFGPU_*
+    settings in its environment are applied first. A later ``configure`` asking for other device
+    settings used to be accepted and ignored (logical_cpus=3 made nothing); now it is too late,
+    with the fix; settings that apply at any time (precision) still do."""
+    script = tmp_path / "configure.py"
+    script.write_text(
+        "import json, tfgpu, tensorflow as tf\n"
+        "from tfgpu import distribute\n"
+        "said = {}\n"
+        "for ask in ({}, {'logical_cpus': 2}, {'logical_cpus': 3}, {'precision': 'fp32'}):\n"
+        "    try:\n"
+        "        tfgpu.configure(**ask); said[str(ask)] = 'ok'\n"
+        "    except tfgpu.TfgpuError as error:\n"
+        "        said[str(ask)] = str(error)\n"
+        "print(json.dumps({'own': len(distribute.local_devices('CPU')), 'said': said}))\n"
+    )
+    done = run_cli(
+        "launch", "--nproc", "2", "--", PY, str(script), timeout=120, env={"TFGPU_LOGICAL_CPUS": "2"}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split("] ", 1)[1] for line in done.stdout.splitlines() if line.startswith("[worker 0] {")]
+    found = json.loads(lines[0])
+    assert found["own"] == 2  # the environment's logical CPUs were made
+    said = found["said"]
+    assert said["{}"] == said["{'logical_cpus': 2}"] == said["{'precision': 'fp32'}"] == "ok"
+    late = said["{'logical_cpus': 3}"]
+    assert "logical_cpus=3" in late and "worker 0 of its cluster" in late and "TFGPU_" in late
+
+
 @pytest.mark.slow
 def test_two_worker_training_equals_one_process(tmp_path):
     done = run_cli(

@@ -71,6 +71,11 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 
 # (importer, imported) packages of one layer that may import each other, and why
 SIBLINGS = {
+    ("ray", "train"): "tfgpu.ray hands Ray the checkpoints tfgpu.fit's loop writes (their files)",
+    (
+        "distribute",
+        "runtime",
+    ): "a cluster task set up at import applies the environment's device settings first",
     ("estimator", "predict"): "estimator's prediction on every GPU is predict's engine",
     ("demo", "report"): "the demo ends in a report of its own run",
 }

@@ -156,6 +156,16 @@ def prepare_multi_worker(environ: Mapping[str, str] | None = None) -> bool:
 
     if context.context()._context_handle is not None:  # TensorFlow has run an op
         return False
+    from tfgpu import runtime
+
+    try:  # the devices start with the task: the environment's device settings go first
+        runtime.seal(
+            f"import tfgpu set this process up as {spec.task_type} {spec.task_index} of its "
+            "cluster (TF_CONFIG)",
+            environ,
+        )
+    except TfgpuError as error:
+        log.warning("%s", error)
     try:
         _configure_task(context.context(), spec, rpc_layer=_rpc_layer(environ))
     except Exception as error:  # a TensorFlow that moved what this follows: the strategy's own path

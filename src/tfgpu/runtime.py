@@ -21,6 +21,20 @@ from tfgpu.errors import ConfigError, TooLateError
 log = logging.getLogger(__name__)
 
 _applied: RuntimeConfig | None = None
+# why this process's devices were set up before any configure call could run (a cluster task that
+# ``import tfgpu`` started, distribute.prepare_multi_worker), or None
+_sealed: str | None = None
+# the settings TensorFlow reads when it initializes its devices; the others apply at any time
+DEVICE_SETTINGS = (
+    "visible_gpus",
+    "memory_growth",
+    "memory_limit_mb",
+    "memory_fraction",
+    "logical_cpus",
+    "allocator",
+    "intra_op_threads",
+    "inter_op_threads",
+)
 
 _POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 _TOO_LATE_FIX = (
@@ -63,9 +77,17 @@ def apply(config: RuntimeConfig) -> RuntimeConfig:
         return config
     import tensorflow as tf
 
-    late: list[str] = []
-    for step in (_allocator, _threads, _visible_gpus, _memory, _logical_cpus):
+    late: list[str] = _late_in_sealed(config) if _sealed else []
+    for step in () if _sealed else (_allocator, _threads, _visible_gpus, _memory, _logical_cpus):
         late += step(tf, config)
+    if late and _sealed:
+        raise TooLateError(
+            f"{_sealed}, which initialized TensorFlow's devices, so these settings could not be "
+            "applied: " + ", ".join(late),
+            fix="set them in each worker's environment instead, read when tfgpu is imported: "
+            "TFGPU_MEMORY_GROWTH=1, TFGPU_MEMORY_LIMIT_MB=N, ... (tfgpu launch passes its own "
+            "environment on; Ray: runtime_env={'env_vars': {...}})",
+        )
     if late:
         raise TooLateError(
             "TensorFlow had already initialized its devices, so these settings could not be "
@@ -84,6 +106,26 @@ def apply(config: RuntimeConfig) -> RuntimeConfig:
     _applied = config
     log.debug("tfgpu.configure applied %s", config.to_dict())
     return config
+
+
+def seal(why: str, environ: Mapping[str, str] | None = None) -> None:
+    """Apply the environment's settings (TFGPU_*) before the devices start for a reason tfgpu
+    cannot put off (``why``: a cluster task set up at import): a later ``configure`` asking for
+    other device settings is said to be too late, not silently ignored (it was: logical CPUs
+    asked after the task started were accepted and never made)."""
+    global _sealed
+    apply(RuntimeConfig.from_sources(explicit={}, environ=environ))
+    _sealed = why
+
+
+def _late_in_sealed(config: RuntimeConfig) -> list[str]:
+    """The device settings ``config`` asks for that differ from those the sealed process has."""
+    have = _applied or RuntimeConfig()
+    return [
+        f"{name}={getattr(config, name)!r}"
+        for name in DEVICE_SETTINGS
+        if getattr(config, name) is not None and getattr(config, name) != getattr(have, name)
+    ]
 
 
 def applied() -> RuntimeConfig | None:
