@@ -16,6 +16,8 @@ import tempfile
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Ray's local clusters (test_ray, docs/ray.md's blocks) send no usage report: nothing leaves this machine
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # tune=True keeps its choices in tfgpu's cache and reuses them: each test run gets its own, in this
 # process and the processes it starts, so no run reuses what another (or the user's own) kept
 os.environ["TFGPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfgpu-test-cache-")

@@ -134,9 +134,9 @@ def test_a_worker_killed_mid_epoch_resumes_from_ray_s_checkpoint_to_an_uninterru
 ) -> None:
     out, output = runs
     assert (out / "killed-1-attempts").read_text() == "xx", "worker 1 did not die and start again"
-    assert "worker 1 dies at step 12" in output
+    assert "worker 1 dies at step 12 (2 checkpoints kept)" in output
     resumed = [int(step) for step in re.findall(r"resumed from \S+ckpt-(\d+) at step \d+", output)]
-    assert resumed and resumed[0] in (5, 10), output[-3000:]  # mid-epoch: 16 steps an epoch
+    assert resumed == [10], output[-3000:]  # mid-epoch (16 steps an epoch), rank 0's line only
     weights, losses = _keras(_plain())
     steps = ray_fit.ROWS // ray_fit.BATCH * ray_fit.EPOCHS
     for rank in (0, 1):

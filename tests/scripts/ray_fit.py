@@ -7,9 +7,9 @@ weights and history into OUT (tests/test_ray.py compares them with one device):
 
 - ``arrays``: tfgpu.fit on arrays, as a Ray user calls it;
 - ``shard``: tfgpu.fit on the worker's Ray Data shard (``get_dataset_shard("train").to_tf``);
-- ``killed``: tfgpu.ReportCheckpointCallback(save_freq=5) hands checkpoints to Ray; worker 1
-  exits at step 12 of its first attempt; Ray restarts both (``FailureConfig(max_failures=1)``)
-  and the run resumes from Ray's latest checkpoint. The driver loads the checkpoint Ray kept
+- ``killed``: tfgpu.ray.ReportCheckpointCallback(save_freq=5) hands checkpoints to Ray; worker 1
+  exits at step 12 of its first attempt, once Ray has registered the checkpoints of steps 5 and
+  10; Ray restarts both (``FailureConfig(max_failures=1)``) and the run resumes from step 10. The driver loads the checkpoint Ray kept
   into a fresh model (``tfgpu.ray.load_weights``).
 
 Each worker prints "worker RANK pid PID attempt N" first, so the test can tell whose lines are whose.
@@ -94,6 +94,27 @@ def on_shard(config: dict) -> None:
     ray.train.report({"loss": history.history["loss"][-1]})
 
 
+def _registered(experiment: str, *, wanted: int, ceiling_s: float = 120.0) -> int:
+    """How many checkpoints Ray's controller has registered for ``experiment``, waiting until
+    ``wanted`` are (its snapshot file says so; a report is registered when the controller next
+    polls the workers, and a worker that dies first takes its pending reports with it). The
+    ceiling is reached only when Ray never registers them; the test then fails on the step."""
+    import time
+
+    path = Path(experiment, "checkpoint_manager_snapshot.json")
+    deadline = time.monotonic() + ceiling_s
+    count = 0
+    while time.monotonic() < deadline:
+        try:
+            count = len(json.loads(path.read_text()).get("checkpoint_results", []))
+        except (OSError, ValueError):
+            count = 0
+        if count >= wanted:
+            break
+        time.sleep(0.1)
+    return count
+
+
 def on_killed(config: dict) -> None:
     import keras
 
@@ -111,7 +132,8 @@ def on_killed(config: dict) -> None:
         def on_train_batch_end(self, batch, logs=None) -> None:
             self.step = int(self.model.optimizer.iterations.numpy())
             if rank == 1 and len(attempts) == 1 and self.step == KILL_AT:
-                print(f"worker 1 dies at step {self.step}", flush=True)
+                registered = _registered(config["storage"], wanted=2)
+                print(f"worker 1 dies at step {self.step} ({registered} checkpoints kept)", flush=True)
                 os._exit(1)
 
     x, y = rows()
@@ -140,7 +162,7 @@ def main(out: str) -> None:
     def run(loop, name: str, **kwargs):
         trainer = TensorflowTrainer(
             loop,
-            train_loop_config={"out": out},
+            train_loop_config={"out": out, "storage": os.path.join(storage, name)},
             scaling_config=scaling,
             run_config=RunConfig(storage_path=storage, name=name, **kwargs.pop("run", {})),
             **kwargs,
