@@ -30,10 +30,6 @@ class Checkpoints:
                 self.checkpoint, str(target), max_to_keep=keep if is_chief else 1
             )
 
-    @property
-    def enabled(self) -> bool:
-        return self.manager is not None
-
     def latest(self) -> str | None:
         import tensorflow as tf
 

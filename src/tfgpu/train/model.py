@@ -374,10 +374,6 @@ def copy_in(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
         ) from None
 
 
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-
-
 def _copy(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
     """``copy_in``'s copy, Keras's errors as they come (the callers say what they mean)."""
     import keras

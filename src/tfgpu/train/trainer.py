@@ -150,10 +150,6 @@ class Trainer:
         return self.setup.is_chief
 
     @property
-    def checkpoints(self) -> Any:
-        return self.loop.checkpoints
-
-    @property
     def resumed_from(self) -> str | None:
         return self.loop.resumed_from
 
