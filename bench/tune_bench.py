@@ -6,7 +6,7 @@ For each, in one process:
 
 - the grid: every configuration of the tuner's knobs (steps per call 1, 4, 16, 64, 100, 256 x input
   as given / tuned x XLA off / on), each timed three times (the median) over the same number of steps through the
-  Trainer's execution (``train.timing``, what the tuner itself uses); its best, and the seconds
+  Trainer's execution (``train.execution``, what the tuner itself uses); its best, and the seconds
   the grid took;
 - the tuner: ``tfgpu.fit(..., tune=True)`` from a fresh cache, its choice, and the seconds it took;
 - then the default (tfgpu's own: one call per log window) and the tuned choice timed side by side
@@ -141,7 +141,7 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     examples/s over a's (two labels of the grid) in the tuner's own paired, interleaved rounds,
     the median: the grid's best read from single timings is the largest of 24 noisy figures,
     which flatters it; paired against the tuned choice it is measured as the tuner measures."""
-    from tfgpu.train import timing, tuning
+    from tfgpu.train import execution, tuning
 
     trainer = trainer_for(model, data, batch)
     source = trainer.setup.train
@@ -152,7 +152,7 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     )
     rows = trainer.global_batch
     rates, started = {}, time.perf_counter()
-    with timing.restored(trainer.model):
+    with execution.restored(trainer.model):
         for k, tuned_input, xla in itertools.product(GRID_STEPS, (False, True), (False, True)):
             config = tuning.Config(k, tuned_input, xla)
             try:  # three measurements each, as the tuner's paired rounds make three of each side
@@ -182,7 +182,7 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
             fixed_steps=False,
         )
         tuner.examples = float(examples)
-        with timing.restored(trainer.model):
+        with execution.restored(trainer.model):
             return statistics.median(tuner.compare("grid", configs[a], b, gain=None))
 
     return rates, time.perf_counter() - started, paired

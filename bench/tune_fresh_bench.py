@@ -35,7 +35,7 @@ def child(cpu: int) -> dict:
     import numpy as np
 
     import tfgpu
-    from tfgpu.train import timing, tuning
+    from tfgpu.train import execution, tuning
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(ROWS, 64)).astype("float32"), rng.integers(0, 10, ROWS)
@@ -74,7 +74,7 @@ def child(cpu: int) -> dict:
         fixed_steps=False,
     )
     measure.examples = 4096.0
-    with timing.restored(probe):
+    with execution.restored(probe):
         base = tuning.Config(256)
         # twice the tuner's planned rounds, with no decision: the gain there is
         xla = [

@@ -196,8 +196,8 @@ class ModelDevice:
         freely: the weights, optimizer state and metrics are put back on leaving."""
         import tensorflow as tf
 
+        from tfgpu.train.execution import restored
         from tfgpu.train.model import build
-        from tfgpu.train.timing import restored
 
         spec = self._as_steps_take_them(tf.data.Dataset.from_tensors(synthetic(element_spec, 1))).element_spec
         build(self.model, self.strategy, spec if isinstance(spec, tuple) else (spec,))
@@ -220,9 +220,9 @@ class ModelDevice:
         """``steps`` steps, ``per_call`` per compiled call, nothing read back until the end (as the
         Trainer runs): the seconds they took, when each call was made (from the start) and each
         call's outputs."""
-        from tfgpu.train import timing
+        from tfgpu.train import execution
 
-        return timing.run(self._execution(), iterator, steps=steps, per_call=per_call)
+        return execution.timed(self._execution(), iterator, steps=steps, per_call=per_call)
 
     def _seconds_per_step(self, iterator: Any, *, per_call: int, steps: int) -> float:
         seconds, _, _ = self.run(iterator, steps=steps, per_call=per_call)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, model_cache, timing
+from tfgpu.train import execution, model_cache
 from tfgpu.train import model as model_setup
 from tfgpu.train.windows import pythonify
 
@@ -59,7 +59,7 @@ class Evaluator:
             # a batch's hooks only where there is one (arrays: Keras calls none past the last)
             out = self._batch_by_batch(iterator, limit or source.known_length() or ALL, callbacks, acting)
         else:
-            out = self._run(iterator, timing.limit(limit or ALL))
+            out = self._run(iterator, execution.limit(limit or ALL))
         logs = pythonify(out["logs"])
         if not acting:
             steps = int(out["steps"])
@@ -78,7 +78,7 @@ class Evaluator:
             1,
             f"{', '.join(sorted(set(acting)))} acts on every test batch, as under Keras's evaluate",
         )
-        one = timing.limit(1)
+        one = execution.limit(1)
         out = None
         for step in range(limit):
             callbacks.on_test_batch_begin(step)

@@ -18,11 +18,18 @@ returns, as device tensors the host reads once per log window:
   graph, ``ingraph.in_graph_loop``), all of them and the first one, which at the start of an epoch
   is start-up cost;
 - ``examples``: the rows this worker's replicas trained on (batch shapes, no device work).
+
+It is also the one way tfgpu times a training configuration (``tfgpu diagnose``'s step profile
+and advice, ``tune=True``): ``timed`` makes calls of ``per_call`` steps, as the loop does, reads
+nothing back until the end, and returns the seconds; ``restored`` puts the model's weights,
+optimizer state and metrics back afterwards, so timing never changes what the user trains.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
@@ -272,3 +279,52 @@ def metrics_reader(model: Any) -> Callable[[], dict[str, Any]]:
     import tensorflow as tf
 
     return tf.function(model.get_metrics_result)
+
+
+# -- timing: the loop's own calls, timed (diagnose and tune=True) ------------------------------
+_LIMITS: dict[int, Any] = {}
+
+
+def limit(steps: int) -> Any:
+    """``steps`` as a constant tensor, made once per value: a Python int would retrace the call."""
+    import tensorflow as tf
+
+    if steps not in _LIMITS:
+        _LIMITS[steps] = tf.constant(steps, tf.int32)
+    return _LIMITS[steps]
+
+
+def timed(
+    execute: Callable[[Any, Any], dict[str, Any]], iterator: Any, *, steps: int, per_call: int
+) -> tuple[float, list[float], list[Any]]:
+    """``steps`` steps from ``iterator``, ``per_call`` per compiled call (``execute``, a
+    ``train.execution`` function), nothing read back until the end: the seconds they took, when
+    each call was made (from the start), and each call's outputs."""
+    outputs, starts = [], []
+    per = limit(per_call)
+    start = time.perf_counter()
+    for _ in range(max(1, steps // per_call)):
+        starts.append(time.perf_counter() - start)
+        outputs.append(execute(iterator, per))
+    int(outputs[-1]["steps"])  # the calls run in order: the last one's result waits for all
+    return time.perf_counter() - start, starts, outputs
+
+
+def examples(outputs: list[Any]) -> float:
+    """The rows the calls trained on (this worker's replicas)."""
+    return float(sum(float(o["examples"]) for o in outputs))
+
+
+@contextlib.contextmanager
+def restored(model: Any) -> Iterator[None]:
+    """Put the model's weights, optimizer state and metrics back as they were on leaving: timing
+    a step trains the model, which must not change the user's model."""
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(model.weights) + (list(optimizer.variables) if optimizer is not None else [])
+    saved = [v.numpy() for v in variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(variables, saved, strict=True):
+            variable.assign(value)
+        model.reset_metrics()

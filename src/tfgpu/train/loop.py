@@ -29,7 +29,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import timing
+from tfgpu.train import execution
 from tfgpu.train.checkpoints import Checkpoints
 from tfgpu.train.evaluation import evaluator_for
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
@@ -340,7 +340,7 @@ class EpochLoop(Loop):
         if source.caches and not run.trained_any:  # this pass reads the source and fills the cache
             run.warm_epoch(epoch, "filled the cache")
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
-            self.setup.function("skip")(iterator, timing.limit(skip))
+            self.setup.function("skip")(iterator, execution.limit(skip))
         ended = False
         per_epoch = source.epoch_length(epoch)
         try:
@@ -398,7 +398,7 @@ class EpochLoop(Loop):
         import tensorflow as tf
 
         try:
-            return execute(iterator, timing.limit(limit))
+            return execute(iterator, execution.limit(limit))
         except tf.errors.ResourceExhaustedError:
             raise out_of_memory(
                 self.model,

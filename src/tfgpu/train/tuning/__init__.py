@@ -1,7 +1,7 @@
 """``tune=True``: measure, choose, prove and keep the fastest configuration of a run.
 
 Before the first epoch the Trainer times candidate configurations on the real model, strategy and
-data, through its own compiled execution (``train.timing``: the measurement diagnose uses too),
+data, through its own compiled execution (``train.execution``: the measurement diagnose uses too),
 and trains with the fastest. The knobs, in the order that usually matters:
 
 - ``steps_per_execution``: the rungs 1, 4, 16, 64, 256, 1024 above the run's default (one call
@@ -28,7 +28,7 @@ bimodal) by a sequential test on their log-ratios (``verdict``): taken when the 
 bound clears 1.0x and the median gains at least 3%, dropped once the upper bound falls below 3%,
 else more rounds while the budget allows (then "not decided", said, the baseline kept); the whole choice is then timed against the
 default (the ``together`` trial, the run's before and after) and kept only when it wins there
-too. Trials run from fresh iterators over the same data and are wrapped in ``timing.restored``:
+too. Trials run from fresh iterators over the same data and are wrapped in ``execution.restored``:
 the user's callbacks, History, checkpoints and metrics never see them, and the model trains from
 exactly the state an untuned run starts from; the result-preserving knobs (steps per call and
 input; XLA up to its checked tolerance) leave the weights those of the untuned run.

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from tfgpu import choices
-from tfgpu.train import timing
+from tfgpu.train import execution
 from tfgpu.train.options import TrainOptions
 from tfgpu.train.setup import Setup
 from tfgpu.train.tuning import kept
@@ -84,7 +84,7 @@ class Session:
             replicas=self.setup.replicas,
         )
         started = time.perf_counter()
-        with timing.restored(self.setup.model):
+        with execution.restored(self.setup.model):
             _, chosen, gains = tuner.run()
         notes = ([why] if why else []) + tuner.notes
         return Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes)

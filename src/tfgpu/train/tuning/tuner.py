@@ -66,7 +66,7 @@ class Bench:
             raise DoesNotFit(_first_line(exc)) from None
 
     def _rate(self, config: Config, steps: int) -> tuple[float, float]:
-        from tfgpu.train import timing
+        from tfgpu.train import execution
 
         k = config.steps_per_execution
         steps = max(k, steps // k * k)
@@ -74,14 +74,14 @@ class Bench:
         if limit is not None:
             steps = max(k, min(steps, (limit - k) // k * k))
         iterator, execute = self.iterator(config), self.execution(config)
-        timing.run(execute, iterator, steps=k, per_call=k)
-        seconds, _, outputs = timing.run(execute, iterator, steps=steps, per_call=k)
-        if not timing.examples(outputs):  # the data ended in the untimed call: time a fresh pass
-            seconds, _, outputs = timing.run(execute, self.iterator(config), steps=steps, per_call=k)
+        execution.timed(execute, iterator, steps=k, per_call=k)
+        seconds, _, outputs = execution.timed(execute, iterator, steps=steps, per_call=k)
+        if not execution.examples(outputs):  # the data ended in the untimed call: time a fresh pass
+            seconds, _, outputs = execution.timed(execute, self.iterator(config), steps=steps, per_call=k)
         logs = outputs[-1]["logs"]
         loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
-        self.examples_per_step = timing.examples(outputs) / (len(outputs) * k)
-        return timing.examples(outputs) / max(seconds, 1e-9), loss
+        self.examples_per_step = execution.examples(outputs) / (len(outputs) * k)
+        return execution.examples(outputs) / max(seconds, 1e-9), loss
 
 
 def verdict(ratios: Sequence[float], *, gain: float = MIN_GAIN) -> str:
@@ -420,8 +420,8 @@ class Tuner:
 
     def _agrees(self, base: Config, candidate: Config, *, rtol: float, what: str) -> tuple[bool, str]:
         """The loss after the same steps from the same state, with ``base`` and ``candidate``."""
+        from tfgpu.train import execution
         from tfgpu.train import model as model_setup
-        from tfgpu.train import timing
 
         steps = 4 * base.steps_per_execution
         start = None if self.model is None else self.model.get_weights()
@@ -431,7 +431,7 @@ class Tuner:
             if model is None:  # a bench without a model (the tests' fake): nothing to put back
                 losses.append(self.bench.rate(config, steps)[1])
                 continue
-            with timing.restored(model):
+            with execution.restored(model):
                 if model is not self.model and start is not None:  # the copy from this model's state
                     model.set_weights(start)
                     model_setup.copy_optimizer_state(self.model, model)
