@@ -1,7 +1,8 @@
 """Shapes of the source that lint does not hold: no statement after a return, raise, break or
 continue in the same block (PredictOptions once checked its format after the ``return`` of
 another method, so ``fmt="csv"`` was accepted and failed later with a KeyError traceback); no
-class over ``MAX_METHODS`` methods; no method re-running its own ``__init__``; no module reading
+class over ``MAX_METHODS`` methods; no function body in ``train/`` over ``MAX_BODY`` lines (issue
+55: ``keras_fit.fit`` was 152 lines); no method re-running its own ``__init__``; no module reading
 another's private names."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from test_layering import is_module, library_modules
 
 SRC = Path(__file__).parent.parent / "src" / "tfgpu"
 MAX_METHODS = 25  # the Trainer had 40 (issue 45): a class that large holds several concerns
+MAX_BODY = 50  # lines of a function's body, its signature and docstring not counted
 ENDS = (ast.Return, ast.Raise, ast.Break, ast.Continue)
 
 
@@ -61,6 +63,33 @@ def classes() -> list[tuple[str, ast.ClassDef]]:
         for node in ast.walk(ast.parse(path.read_text()))
         if isinstance(node, ast.ClassDef)
     ]
+
+
+def long_bodies(tree: ast.AST, path: str) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        body = node.body
+        if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1:
+            body = body[1:]  # the docstring
+        lines = body[-1].end_lineno - body[0].lineno + 1
+        if lines > MAX_BODY:
+            found.append(f"{path}:{node.lineno} {node.name}: {lines} lines")
+    return found
+
+
+def test_no_function_in_train_over_the_body_limit():
+    train = SRC / "train"
+    big = [f for p in sorted(train.rglob("*.py")) for f in long_bodies(ast.parse(p.read_text()), str(p))]
+    assert not big, f"function bodies over {MAX_BODY} lines (split them):\n" + "\n".join(big)
+
+
+def test_the_body_check_counts_statements_not_the_docstring():
+    short = 'def f():\n    """' + "doc\n" * 80 + '"""\n    return 1\n'
+    long = "def g():\n" + "    x = 1\n" * (MAX_BODY + 1)
+    assert long_bodies(ast.parse(short), "s") == []
+    assert long_bodies(ast.parse(long), "l") == [f"l:1 g: {MAX_BODY + 1} lines"]
 
 
 def test_no_class_over_the_method_limit():

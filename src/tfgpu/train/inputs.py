@@ -388,6 +388,20 @@ class Input:
             .with_options(in_memory_options(tf))
         )
 
+    def _epoch_numbers(self) -> Any:
+        """The epochs an iterator of the arrays runs (a Dataset built once): a new iterator starts
+        at the epoch ``_first_epoch`` holds then; by steps, one pass only, so that it runs out
+        where a pass ends, as Keras's iterator does."""
+        import tensorflow as tf
+
+        start = self._first_epoch
+
+        def from_start(_: Any) -> Any:
+            first = start.read_value()
+            return tf.data.Dataset.range(first, first + 1 if self._by_steps else tf.int64.max)
+
+        return tf.data.Dataset.from_tensors(0).flat_map(from_start)
+
     def _training_arrays(self, ctx: Any, per_replica: int) -> Any:
         """This worker's training batches over the epochs: in each epoch's permutation, its
         replicas' slices of each whole global batch, then of the short last one (cut evenly:
@@ -405,14 +419,7 @@ class Input:
         offset = first * per_replica
         cuts = [whole * global_batch + g * short // replicas for g in range(first, first + local + 1)]
         tail = trains_short_batch(rows, global_batch, replicas)
-        shuffle, seed = self.task.shuffle, self.task.seed
-
-        def order_of(epoch: Any) -> Any:
-            order = tf.range(rows, dtype=tf.int64)
-            if shuffle:
-                key = tf.stack([tf.constant(seed, tf.int64), epoch])
-                order = tf.random.experimental.stateless_shuffle(order, seed=key)
-            return order
+        order_of = _permutation(rows, shuffle=self.task.shuffle, seed=self.task.seed)
 
         def whole_batches(order: Any) -> Any:
             # this worker's per-replica slices of each global batch: [whole * local, per_replica]
@@ -432,21 +439,28 @@ class Input:
                 _gather_in_chunks(last, tensors, per_replica=per_replica, training=False)
             )
 
-        # built once: a new iterator starts at the epoch the variable holds then
-        start = self._first_epoch
-
-        def from_start(_: Any) -> Any:
-            first = start.read_value()
-            # by steps: one pass, so that it runs out where a pass ends, as Keras's iterator does
-            return tf.data.Dataset.range(first, first + 1 if self._by_steps else tf.int64.max)
-
-        epochs = tf.data.Dataset.from_tensors(0).flat_map(from_start)
+        epochs = self._epoch_numbers()
         if tail:  # each epoch gathered on its own: its last batch has another shape
             batches = epochs.flat_map(with_short_batch)
         else:
             index = epochs.flat_map(lambda epoch: whole_batches(order_of(epoch)))
             batches = _gather_in_chunks(index, tensors, per_replica=per_replica, training=True)
         return batches.prefetch(tf.data.AUTOTUNE).with_options(in_memory_options(tf))
+
+
+def _permutation(rows: int, *, shuffle: bool, seed: int) -> Callable[[Any], Any]:
+    """epoch -> the order of the rows in that epoch: a stateless shuffle seeded by (seed, epoch),
+    so a resumed run reads the same batches, or the rows as they are."""
+    import tensorflow as tf
+
+    def order_of(epoch: Any) -> Any:
+        order = tf.range(rows, dtype=tf.int64)
+        if shuffle:
+            key = tf.stack([tf.constant(seed, tf.int64), epoch])
+            order = tf.random.experimental.stateless_shuffle(order, seed=key)
+        return order
+
+    return order_of
 
 
 def pass_at(epoch: int, *, per_epoch: int, pass_steps: int) -> tuple[int, int]:

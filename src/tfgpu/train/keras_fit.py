@@ -109,14 +109,11 @@ def fit(
     from tfgpu.train.trainer import Trainer
 
     model_setup.check_compiled(model, call="tfgpu.fit")
-    auto_batch = batch_size == "auto"
-    batch_size = None if auto_batch else batch_size
-    acting = None if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
-    per_batch = int(getattr(model, "steps_per_execution", 1) or 1) if acting else None
+    acting, per_batch = _acting(model, steps_per_execution, callbacks)
     options = TrainOptions.of(
         tune=tune,
         tune_budget_s=tune_budget_s,
-        auto_batch=auto_batch,
+        auto_batch=batch_size == "auto",
         steps_per_execution=steps_per_execution or _compiled_steps(model) or per_batch,
         log_every=log_every,
         jit_compile=jit_compile,
@@ -131,26 +128,15 @@ def fit(
         micro_batches=micro_batches,
     )
     model_setup.build_for_data(model, x)  # as Keras's fit builds it at its first batch
-    if options.placement.splits:  # the Trainer's setup places it, and chooses the strategy
-        replicas, trained = split.replicas(options.placement, strategy=strategy), model
-    else:
-        strategy, trained = _placement(model, strategy)
-        replicas = int(strategy.num_replicas_in_sync)
+    strategy, trained, replicas = _placed(model, strategy, options)
     train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else _validation(validation_data, model=trained)
-    if auto_batch and _is_dataset(train):
-        raise ConfigError(
-            "batch_size='auto' cannot batch a tf.data.Dataset: its batches are made already",
-            value=type(train).__name__,
-            fix="pass arrays (or a tfgpu dataset directory) with batch_size='auto', or an unbatched "
-            "dataset's batch size yourself",
-        )
-    per_replica = _per_replica(batch_size, replicas, train)
+    _check_auto_batch(batch_size, train)
     task = Task(
         model=lambda: trained,
         train_data=train,
         eval_data=validation,
-        batch_size=per_replica,
+        batch_size=_per_replica(None if batch_size == "auto" else batch_size, replicas, train),
         steps_per_epoch=steps_per_epoch,
         seed=seed,
         shuffle=bool(shuffle),
@@ -161,13 +147,7 @@ def fit(
     _check_class_weight(trained, class_weight)
     _check_validation_freq(validation_freq)
     trainer = Trainer(task, strategy=strategy, options=options)
-    if acting and not _compiled_steps(trained):
-        choices.record(
-            "steps_per_execution",
-            per_batch,
-            f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
-            "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
-        )
+    _say_per_batch(acting, per_batch, trained)
     result = trainer.fit(
         epochs=epochs,
         initial_epoch=initial_epoch,
@@ -175,10 +155,52 @@ def fit(
         validation_freq=validation_freq,
         validation_steps=validation_steps,
     )
-    trained = trainer.model  # tuning may have moved it (one device, mixed precision): a copy
+    return _history(model, trainer.model, result)
+
+
+def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any, int]:
+    """(strategy or None, the model that trains, replicas): a split is placed by the Trainer's
+    setup, which chooses its strategy; otherwise the model is placed here (``_placement``)."""
+    if options.placement.splits:
+        return strategy, model, split.replicas(options.placement, strategy=strategy)
+    strategy, trained = _placement(model, strategy)
+    return strategy, trained, int(strategy.num_replicas_in_sync)
+
+
+def _check_auto_batch(batch_size: Any, train: Any) -> None:
+    if batch_size == "auto" and _is_dataset(train):
+        raise ConfigError(
+            "batch_size='auto' cannot batch a tf.data.Dataset: its batches are made already",
+            value=type(train).__name__,
+            fix="pass arrays (or a tfgpu dataset directory) with batch_size='auto', or an unbatched "
+            "dataset's batch size yourself",
+        )
+
+
+def _acting(model: Any, steps_per_execution: int | None, callbacks: Any) -> tuple[list[str], int | None]:
+    """(the callbacks acting on every batch, the model's own steps a call when some do): with
+    no ``steps_per_execution`` asked, such callbacks get Keras's batches (``_say_per_batch``)."""
+    acting = [] if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
+    return acting, (int(getattr(model, "steps_per_execution", 1) or 1) if acting else None)
+
+
+def _say_per_batch(acting: list[str], per_batch: int | None, trained: Any) -> None:
+    if not acting or _compiled_steps(trained):
+        return
+    choices.record(
+        "steps_per_execution",
+        per_batch,
+        f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
+        "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
+    )
+
+
+def _history(model: Any, trained: Any, result: Any) -> Any:
+    """Keras's History of the run, carrying ``train_result``; when a copy trained (a split,
+    tuning's switch, the cloning fallback), its state given back to the user's model."""
     history = trained.history
     history.train_result = result
-    if trained is not model:  # a copy (split, tuning's switch, the cloning fallback): state given back
+    if trained is not model:
         model_setup.give_back(model, trained)
         model.history = history
     return history
@@ -205,8 +227,7 @@ def evaluate(
     Exact for any dataset size on every replica and worker; ``x`` takes what ``tfgpu.fit``
     takes. ``verbose`` shows Keras's progress bar (on the chief only).
     """
-    from tfgpu import distribute
-    from tfgpu.train.evaluation import evaluation_strategy, evaluator_for
+    from tfgpu.train.evaluation import evaluator_for
 
     model_setup.check_compiled(model, call="tfgpu.evaluate")
     strategy, placed = _placement(model, strategy)
@@ -215,16 +236,7 @@ def evaluate(
     task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
     spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
-    local = distribute.is_parameter_server(strategy)  # the coordinator evaluates (evaluation_strategy)
-    feed = None if local else distribute.input_strategy(strategy, in_cluster=spec is not None)
-    source = inputs.Input(
-        data,
-        task=task,
-        training=False,
-        global_batch=per_replica * int(strategy.num_replicas_in_sync),
-        strategy=feed or evaluation_strategy(strategy),
-        direct=feed is None,
-    )
+    source = _evaluated(data, task, strategy, in_cluster=spec is not None)
     shown = _verbose(verbose) if is_chief else 0
     listed = None
     if callbacks or shown:
@@ -242,6 +254,23 @@ def evaluate(
     if return_dict:
         return logs
     return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure
+
+
+def _evaluated(data: Any, task: Task, strategy: Any, *, in_cluster: bool) -> inputs.Input:
+    """``data`` as evaluation reads it under ``strategy`` (under ParameterServerStrategy the
+    coordinator evaluates, reading the data itself: ``evaluation_strategy``)."""
+    from tfgpu.train.evaluation import evaluation_strategy
+
+    local = distribute.is_parameter_server(strategy)
+    feed = None if local else distribute.input_strategy(strategy, in_cluster=in_cluster)
+    return inputs.Input(
+        data,
+        task=task,
+        training=False,
+        global_batch=task.batch_size * int(strategy.num_replicas_in_sync),
+        strategy=feed or evaluation_strategy(strategy),
+        direct=feed is None,
+    )
 
 
 def _verbose(verbose: Any) -> int:

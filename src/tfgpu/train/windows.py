@@ -223,15 +223,7 @@ class RunLog:
             "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
         }
         self.timeline.append(point)
-        if self.writer is not None:
-            import tensorflow as tf
-
-            with self.writer.as_default(step=step):
-                for name, value in figures.logs.items():
-                    if isinstance(value, float):
-                        tf.summary.scalar(name, value)
-                tf.summary.scalar("examples_per_s", rate)
-                tf.summary.scalar("input_wait_fraction", point["input_wait"])
+        self._summaries(step, figures.logs, rate=rate, wait=point["input_wait"])
         if self.on_progress and self.is_chief:
             self.on_progress(
                 Progress(step, window.epoch, figures.loss, rate, self.wait_fraction, self.total_steps)
@@ -239,6 +231,19 @@ class RunLog:
         every = self.options.checkpoint_every
         if every and step // every > window.first_step // every:
             self._save(step, {"epoch": window.epoch + 1, **figures.logs})
+
+    def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float) -> None:
+        """A window's TensorBoard scalars (the chief's writer, when ``log_dir`` was given)."""
+        if self.writer is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default(step=step):
+            for name, value in logs.items():
+                if isinstance(value, float):
+                    tf.summary.scalar(name, value)
+            tf.summary.scalar("examples_per_s", rate)
+            tf.summary.scalar("input_wait_fraction", wait)
 
     def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
         """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
