@@ -143,23 +143,12 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     ParameterServerStrategy the coordinator predicts, as it evaluates
     (``train.evaluation.evaluation_strategy``).
     """
-    import tensorflow as tf
-
     from tfgpu.train import model as model_setup
     from tfgpu.train import remat
     from tfgpu.train.evaluation import evaluation_strategy
 
     remat.install_for(model)  # a RematScope model fails in a compiled call without it
-    chosen = strategy or model_setup.owner(model) or tf.distribute.get_strategy()
-    if not model_setup.fits_strategy(model, chosen):
-        if model_setup.owner(model) is not None and not model_setup.rehomed(model):
-            raise ConfigError(
-                f"The model was created in the scope of a {type(model_setup.owner(model)).__name__}, "
-                f"not of the {type(chosen).__name__} passed",
-                value=type(chosen).__name__,
-                fix="pass the strategy the model was created under, or leave strategy unset",
-            )
-        model = model_setup.recreate(model, chosen)  # as fit and evaluate: its copy in the scope
+    chosen, model = model_setup.placed(model, strategy)  # as fit and evaluate place it
     return evaluation_strategy(chosen), model
 
 

@@ -160,10 +160,10 @@ def fit(
 
 def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any, int]:
     """(strategy or None, the model that trains, replicas): a split is placed by the Trainer's
-    setup, which chooses its strategy; otherwise the model is placed here (``_placement``)."""
+    setup, which chooses its strategy; otherwise the model is placed here (``model.placed``)."""
     if options.placement.splits:
         return strategy, model, split.replicas(options.placement, strategy=strategy)
-    strategy, trained = _placement(model, strategy)
+    strategy, trained = model_setup.placed(model, strategy, choose=distribute.strategy)
     return strategy, trained, int(strategy.num_replicas_in_sync)
 
 
@@ -230,7 +230,7 @@ def evaluate(
     from tfgpu.train.evaluation import evaluator_for
 
     model_setup.check_compiled(model, call="tfgpu.evaluate")
-    strategy, placed = _placement(model, strategy)
+    strategy, placed = model_setup.placed(model, strategy, choose=distribute.strategy)
     data = _data(x, y, sample_weight, role="x", model=placed)
     per_replica = _per_replica(batch_size, int(strategy.num_replicas_in_sync), data)
     task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
@@ -283,36 +283,6 @@ def _verbose(verbose: Any) -> int:
 
 
 # -- arguments -------------------------------------------------------------------------------------
-def _placement(model: Any, strategy: Any) -> tuple[Any, Any]:
-    """(strategy, model to run): the model's own strategy, the one given, or tfgpu's choice.
-
-    A model created outside any strategy's scope runs as it is under TensorFlow's default strategy
-    when one replica is all there is; for several replicas it is moved into the scope in place.
-    """
-    import tensorflow as tf
-
-    owner = model_setup.owner(model)
-    if strategy is None:
-        if owner is not None:
-            return owner, model
-        chosen = distribute.strategy()
-        if int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen):
-            return tf.distribute.get_strategy(), model
-        strategy = chosen
-    if model_setup.fits_strategy(model, strategy):
-        if model_setup.rehomed(model):  # what was made since (a re-compile's metrics) moves too
-            model_setup.rehome(model, strategy)
-        return strategy, model
-    if owner is not None and not model_setup.rehomed(model):
-        raise ConfigError(
-            f"The model was created in the scope of a {type(owner).__name__}, not of the "
-            f"{type(strategy).__name__} passed",
-            value=type(strategy).__name__,
-            fix="pass the strategy the model was created under, or leave strategy unset",
-        )
-    return strategy, model_setup.recreate(model, strategy)
-
-
 def _data(x: Any, y: Any, sample_weight: Any, *, role: str, model: Any = None, shuffle: bool = False) -> Any:
     """Keras's (x, y, sample_weight) as a tfgpu data source: what ``Model.fit`` takes.
 

@@ -20,10 +20,10 @@ import contextlib
 import functools
 import logging
 import weakref
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
-from tfgpu import choices
+from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.text import counted
 from tfgpu.train import model_cache, remat
@@ -101,6 +101,40 @@ def fits_strategy(model: Any, strategy: Any) -> bool:
         return made_in is strategy
     # a model made outside any scope has plain variables: the default strategy runs it
     return strategy is tf.distribute.get_strategy()
+
+
+def placed(model: Any, strategy: Any = None, *, choose: Callable[[], Any] | None = None) -> tuple[Any, Any]:
+    """(strategy, the model to run under it): the one rule ``tfgpu.fit``, ``evaluate`` and
+    ``predict`` place a user's model by (the Trainer's ``Task.model`` is made in the scope).
+
+    Unasked, the model's own strategy; for a model from no scope, ``choose()`` (tfgpu's choice)
+    when it gives several replicas or workers, else TensorFlow's default strategy, which runs the
+    model as it is. A model made outside ``strategy``'s scope is moved into it in place
+    (``recreate``: ``rehome``, or a copy where it cannot); one made in another strategy's scope
+    is refused, with the fix. A model tfgpu moved before moves again what was made since (a
+    re-compile's metrics). Before this, ``keras_fit`` and ``predict.memory`` each had a copy."""
+    import tensorflow as tf
+
+    made_in = owner(model)
+    if strategy is None:
+        if made_in is not None:
+            return made_in, model
+        chosen = choose() if choose is not None else None
+        if chosen is None or (int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen)):
+            return tf.distribute.get_strategy(), model
+        strategy = chosen
+    if fits_strategy(model, strategy):
+        if rehomed(model):
+            rehome(model, strategy)
+        return strategy, model
+    if made_in is not None and not rehomed(model):
+        raise ConfigError(
+            f"The model was created in the scope of a {type(made_in).__name__}, not of the "
+            f"{type(strategy).__name__} passed",
+            value=type(strategy).__name__,
+            fix="pass the strategy the model was created under, or leave strategy unset",
+        )
+    return strategy, recreate(model, strategy)
 
 
 _REHOMED: weakref.WeakSet = weakref.WeakSet()  # models tfgpu moved into a strategy (may move again)
