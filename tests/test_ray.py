@@ -213,3 +213,12 @@ def test_load_weights_refuses_an_unbuilt_model_a_foreign_checkpoint_and_an_empty
         tfgpu.ray.load_weights(other, tmp_path)
     with pytest.raises(tfgpu.ConfigError, match="No tfgpu checkpoint"):
         tfgpu.ray.load_weights(fresh, tmp_path / "empty")
+
+
+def test_without_ray_the_callback_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tfgpu
+    import tfgpu.ray
+
+    monkeypatch.setitem(sys.modules, "ray.train", None)  # as if Ray Train were not installed
+    with pytest.raises(tfgpu.ConfigError, match=r"tfgpu\[ray\]"):
+        tfgpu.ray.ReportCheckpointCallback()
