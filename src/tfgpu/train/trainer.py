@@ -57,12 +57,11 @@ class Trainer:
         self.backup, others = callback_setup.split_backup(task.callbacks)
         if self.backup is not None:
             options = callback_setup.backup_options(options, self.backup)
-        self.options = options
         self.task = task
         self.on_progress = on_progress
         self.setup = Setup.build(task, strategy=strategy, placement=options.placement)
         if options.jit_compile is None:
-            options = self.options = dataclasses.replace(options, jit_compile=self._compiled_xla())
+            options = dataclasses.replace(options, jit_compile=self._compiled_xla())
         if options.jit_compile and self.setup.xla_refused():
             raise ConfigError(
                 "XLA cannot compile a step replicated over logical CPU devices (they share one XLA CPU device)",
@@ -70,8 +69,8 @@ class Trainer:
                 fix="use jit_compile with GPUs or a single device, or leave it off on the CPU",
             )
         self._callbacks = others
-        self._record_steps()
-        self.loop: Loop = self._loop()
+        self._record_steps(options)
+        self.loop: Loop = self._loop(options)
         self.tuning: Tuning | None = None  # what tune=True (or a saved tuning) chose
         self.proof: proof.Proof | None = None  # the replicas' first step against one device's
         if options.tuning_file is not None:
@@ -79,11 +78,17 @@ class Trainer:
             found, config = session.saved(options.tuning_file)
             self._apply(session, found, config, why=f"from {options.tuning_file}")
 
-    def _loop(self) -> Loop:
+    @property
+    def options(self) -> TrainOptions:
+        """What the run trains with: one frozen object, held by the loop alone and replaced whole
+        when tuning chooses (it was kept here and in the loop, synced by hand)."""
+        return self.loop.options
+
+    def _loop(self, options: TrainOptions) -> Loop:
         kind = ParameterServerLoop if self.setup.parameter_server else EpochLoop
         return kind(
             self.setup,
-            options=self.options,
+            options=options,
             callbacks=self._callbacks,
             backup=self.backup,
             on_progress=self.on_progress,
@@ -114,14 +119,13 @@ class Trainer:
         )
         return refused is None
 
-    def _record_steps(self) -> None:
-        k = self.options.execution_steps
+    @staticmethod
+    def _record_steps(options: TrainOptions) -> None:
+        k = options.execution_steps
         choices.record(
             "steps_per_execution",
             k,
-            "asked for"
-            if self.options.steps_per_execution
-            else f"one compiled call per log window of {k} steps",
+            "asked for" if options.steps_per_execution else f"one compiled call per log window of {k} steps",
         )
 
     # -- what it trains ------------------------------------------------------------------------
@@ -178,8 +182,7 @@ class Trainer:
         k = config.steps_per_execution
         if k != self.options.execution_steps:
             choices.record("steps_per_execution", k, f"tuned ({why})")
-        self.options = self.options.tuned(steps_per_execution=k, jit_compile=config.jit_compile)
-        self.loop.options = self.options
+        self.loop.options = self.options.tuned(steps_per_execution=k, jit_compile=config.jit_compile)
         if config.input:
             self.setup.train.set_tf_options(input_options())
         chosen = ", ".join(f"{knob}={value}" for knob, value in found.choices.items())
@@ -200,8 +203,9 @@ class Trainer:
         self.setup = self.setup.variant(
             model=model, strategy=trial.strategy, batch=trial.global_batch, record=True
         )
-        self._record_steps()
-        self.loop = self._loop()
+        options = self.options
+        self._record_steps(options)
+        self.loop = self._loop(options)
         after = (self.global_batch, self.replicas, self.model.dtype_policy.name)
         for name, old, new in zip(("global_batch", "devices", "precision"), before, after, strict=True):
             if old != new:
