@@ -147,7 +147,9 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     source = trainer.setup.train
     bench = tuning.Bench(
         iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-        execution=lambda c: trainer.setup.function("train", jit_compile=c.jit_compile),
+        execution=lambda c: execution.compiled(
+            trainer.setup.model, trainer.setup.strategy, jit_compile=c.jit_compile
+        ),
         max_steps=lambda c: source.steps_per_epoch or source.known_length(),
     )
     rows = trainer.global_batch

@@ -61,7 +61,9 @@ def child(cpu: int) -> dict:
     source = trainer.setup.train
     bench = tuning.Bench(
         iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-        execution=lambda c: trainer.setup.function("train", jit_compile=c.jit_compile),
+        execution=lambda c: execution.compiled(
+            trainer.setup.model, trainer.setup.strategy, jit_compile=c.jit_compile
+        ),
         max_steps=lambda c: source.steps_per_epoch,
     )
     measure = tuning.Tuner(

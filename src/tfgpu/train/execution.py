@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
-from tfgpu.train import accumulation, losses
+from tfgpu.train import accumulation, losses, model_cache
 
 
 def _rows(strategy: Any, batch: Any) -> Any:
@@ -156,6 +156,22 @@ class StepLogs:
             return distribute.mean_over_replicas(self.strategy, value) if value.dtype.is_floating else value
 
         return tf.nest.map_structure(mean, logs)
+
+
+def compiled(model: Any, strategy: Any, name: str = "train", *, jit_compile: bool = False) -> Any:
+    """``model``'s compiled "train" execution (with or without XLA), "skip" or "metrics"
+    function under ``strategy``, made once per model, strategy and compiled state
+    (``train.model_cache``): the loop calls it as it is, and the tuner times it through
+    ``timed``. The key holds the strategy object (a freed one's id is reused)."""
+
+    def make() -> Any:
+        if name == "skip":
+            return skip_batches()
+        if name == "metrics":
+            return metrics_reader(model)
+        return train_execution(strategy, model, jit_compile=jit_compile)
+
+    return model_cache.function(model, (name, strategy, jit_compile), make)
 
 
 def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:

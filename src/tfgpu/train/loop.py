@@ -266,7 +266,11 @@ class Loop:
         """The epoch's logs (and validation, when ``validation`` names this epoch) into the
         history and the callbacks; the counters move to the next epoch."""
         epoch = self.counters.epoch
-        logs = pythonify(self.last["logs"] if self.last is not None else self.setup.function("metrics")())
+        logs = pythonify(
+            self.last["logs"]
+            if self.last is not None
+            else execution.compiled(self.model, self.setup.strategy, "metrics")()
+        )
         if validation is not None and self.setup.eval_source is not None and validation.names(epoch):
             val = self.evaluate(limit=validation.steps, callbacks=callbacks)
             val.pop("examples", None)
@@ -340,7 +344,7 @@ class EpochLoop(Loop):
         if source.caches and not run.trained_any:  # this pass reads the source and fills the cache
             run.warm_epoch(epoch, "filled the cache")
         if skip:  # resuming mid-epoch: the batches already trained on, taken in the graph
-            self.setup.function("skip")(iterator, execution.limit(skip))
+            execution.compiled(self.model, self.setup.strategy, "skip")(iterator, execution.limit(skip))
         ended = False
         per_epoch = source.epoch_length(epoch)
         try:
@@ -354,7 +358,7 @@ class EpochLoop(Loop):
         self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        execute = self.setup.function("train", jit_compile=self.options.jit_compile)
+        execute = execution.compiled(self.model, self.setup.strategy, jit_compile=self.options.jit_compile)
         window = Window(epoch, counters.step)
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)

@@ -8,7 +8,7 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import inputs
+from tfgpu.train import execution, inputs
 from tfgpu.train import model as model_setup
 from tfgpu.train.loop import Loop, Validation
 from tfgpu.train.options import TrainResult
@@ -38,7 +38,7 @@ class ParameterServerLoop(Loop):
 
         iterators = iter(coordinator.create_per_worker_dataset(per_worker))
         model_setup.atomic_counters(self.model)  # executions run side by side on the workers
-        execute = setup.function("train", jit_compile=self.options.jit_compile)
+        execute = execution.compiled(setup.model, setup.strategy, jit_compile=self.options.jit_compile)
         workers = len(setup.cluster.cluster.get("worker", ())) if setup.cluster else 1
         choices.announce()
         self.model.stop_training = False

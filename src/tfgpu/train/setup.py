@@ -1,5 +1,5 @@
-"""A run's setup: the model as it trains, the strategy, the inputs, the global batch and the
-compiled functions, built once from a Task, a strategy and a ``Placement``.
+"""A run's setup: the model as it trains, the strategy, the inputs and the global batch, built
+once from a Task, a strategy and a ``Placement`` (the compiled step is ``execution.compiled``'s).
 
 The loop (``train.loop``) runs over a setup and the tuning session (``train.tuning.session``)
 measures setups of other configurations (``Setup.variant``); neither builds a model or an input
@@ -15,7 +15,7 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
-from tfgpu.train import execution, inputs, model_cache, split
+from tfgpu.train import inputs, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.evaluation import evaluation_strategy
 from tfgpu.train.options import Placement
@@ -155,19 +155,6 @@ class Setup:
         if "eval" not in self._eval:
             self._eval["eval"] = self.input(self.eval_source, training=False)
         return self._eval["eval"]
-
-    def function(self, name: str, *, jit_compile: bool = False) -> Any:
-        """The compiled "train" execution (with or without XLA), "skip" or "metrics" function,
-        made once per model, strategy and compiled state (``train.model_cache``)."""
-        key = (name, self.strategy, jit_compile)  # the object: a freed one's id is reused
-        return model_cache.function(self.model, key, lambda: self._make(name, jit_compile))
-
-    def _make(self, name: str, jit_compile: bool) -> Any:
-        if name == "skip":
-            return execution.skip_batches()
-        if name == "metrics":
-            return execution.metrics_reader(self.model)
-        return execution.train_execution(self.strategy, self.model, jit_compile=jit_compile)
 
     # -- other configurations ------------------------------------------------------------------
     def copy_for(self, *, devices: int, policy: str | None) -> tuple[Any, Any]:

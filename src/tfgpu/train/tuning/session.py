@@ -95,7 +95,9 @@ class Session:
 
         return Bench(
             iterator=lambda c: self.setup_for(c).train.trial_iterator(input_options() if c.input else None),
-            execution=lambda c: self.setup_for(c).function("train", jit_compile=c.jit_compile),
+            execution=lambda c: execution.compiled(
+                self.setup_for(c).model, self.setup_for(c).strategy, jit_compile=c.jit_compile
+            ),
             max_steps=self._max_steps,
             model=lambda c: self.setup_for(c).model,
         )
