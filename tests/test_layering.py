@@ -276,7 +276,6 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "options",
                 "remat",
                 "task",
-                "timing",
                 "tuning.kept",  # a kept or saved tuning: read and checked where the options are
                 "tuning.options",
                 "tuning.result",
