@@ -181,7 +181,7 @@ def test_metrics_are_picked_as_ray_s_own_keras_callback_picks_them() -> None:
     import tfgpu
     from tfgpu.ray import _picked
 
-    logs = {"epoch": 2, "loss": 0.5, "val_loss": 0.7, "mae": 0.1}
+    logs = {"loss": 0.5, "val_loss": 0.7, "mae": 0.1}
     assert _picked(logs, None) == {"loss": 0.5, "val_loss": 0.7, "mae": 0.1}
     assert _picked(logs, "val_loss") == {"val_loss": 0.7}
     assert _picked(logs, ["loss", "mae"]) == {"loss": 0.5, "mae": 0.1}

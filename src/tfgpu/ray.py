@@ -79,11 +79,11 @@ class ReportCheckpointCallback(keras.callbacks.BackupAndRestore):
         self.metrics = metrics
         self.resumed_from = None if checkpoint is None else checkpoint.path  # Ray's, or None
 
-    def saved(self, path: str | None, *, step: int, logs: dict[str, Any]) -> None:
+    def saved(self, path: str | None, *, step: int, epoch: int, logs: dict[str, Any]) -> None:
         """Called by tfgpu's loop on every worker after each save (``path``: the chief's, else
         None): the chief reports the checkpoint with the figures, the others the figures alone."""
         train = _ray_train()
-        reported = {**_picked(logs, self.metrics), "epoch": int(logs.get("epoch", 0)), "step": step}
+        reported = {**_picked(logs, self.metrics), "epoch": epoch, "step": step}
         if path is None:
             train.report(reported, checkpoint=None)
             return
@@ -110,22 +110,21 @@ def _latest(train: Any) -> Any:
 
 def _picked(logs: dict[str, Any], metrics: str | Sequence[str] | Mapping[str, str] | None) -> dict:
     """The logs Ray gets, chosen as Ray's own Keras callback chooses them."""
-    figures = {k: v for k, v in logs.items() if k != "epoch"}
     if metrics is None:
-        return figures
+        return dict(logs)
     pairs = (
         dict(metrics)
         if isinstance(metrics, Mapping)
         else {m: m for m in ([metrics] if isinstance(metrics, str) else metrics)}
     )
-    missing = sorted(name for name in pairs.values() if name not in figures)
+    missing = sorted(name for name in pairs.values() if name not in logs)
     if missing:
         raise ConfigError(
             "ReportCheckpointCallback(metrics=...) names figures the logs do not have",
             value=missing,
-            fix=f"name some of {sorted(figures)}",
+            fix=f"name some of {sorted(logs)}",
         )
-    return {reported: figures[name] for reported, name in pairs.items()}
+    return {reported: logs[name] for reported, name in pairs.items()}
 
 
 def _staged(path: str) -> str:

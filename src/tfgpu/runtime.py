@@ -36,6 +36,11 @@ DEVICE_SETTINGS = (
     "inter_op_threads",
 )
 
+_SEALED_FIX = (
+    "set them in each worker's environment instead, read when tfgpu is imported: "
+    "TFGPU_MEMORY_GROWTH=1, TFGPU_MEMORY_LIMIT_MB=N, ... (tfgpu launch passes its own "
+    "environment on; Ray: runtime_env={'env_vars': {...}})"
+)
 _POLICIES = {"fp32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
 _TOO_LATE_FIX = (
     "call tfgpu.configure(...) at the very start of the program, before any TensorFlow op, "
@@ -77,22 +82,23 @@ def apply(config: RuntimeConfig) -> RuntimeConfig:
         return config
     import tensorflow as tf
 
-    late: list[str] = _late_in_sealed(config) if _sealed else []
-    for step in () if _sealed else (_allocator, _threads, _visible_gpus, _memory, _logical_cpus):
-        late += step(tf, config)
-    if late and _sealed:
-        raise TooLateError(
-            f"{_sealed}, which initialized TensorFlow's devices, so these settings could not be "
-            "applied: " + ", ".join(late),
-            fix="set them in each worker's environment instead, read when tfgpu is imported: "
-            "TFGPU_MEMORY_GROWTH=1, TFGPU_MEMORY_LIMIT_MB=N, ... (tfgpu launch passes its own "
-            "environment on; Ray: runtime_env={'env_vars': {...}})",
-        )
+    if _sealed:  # the devices started with the process's cluster task: nothing more applies
+        late = _late_in_sealed(config)
+    else:
+        late = [
+            s
+            for step in (_allocator, _threads, _visible_gpus, _memory, _logical_cpus)
+            for s in step(tf, config)
+        ]
     if late:
+        why = (
+            f"{_sealed}, which initialized TensorFlow's devices"
+            if _sealed
+            else "TensorFlow had already initialized its devices"
+        )
         raise TooLateError(
-            "TensorFlow had already initialized its devices, so these settings could not be "
-            "applied: " + ", ".join(late),
-            fix=_TOO_LATE_FIX,
+            f"{why}, so these settings could not be applied: " + ", ".join(late),
+            fix=_SEALED_FIX if _sealed else _TOO_LATE_FIX,
         )
     _precision(tf, config)
     if config.xla is not None:

@@ -19,7 +19,7 @@ off the main thread when no callback needs the logs at once). Two things differ 
   A subclass may say more (``tfgpu.ray.ReportCheckpointCallback`` does, to hand each checkpoint
   to Ray Train): ``epoch_ends = True`` saves at each epoch's end besides every ``save_freq``
   batches; ``per_worker = True`` says each worker has a ``backup_dir`` of its own (removed by each
-  at the end, not by the chief alone); ``saved(path, step=, logs=)`` is called on every worker
+  at the end, not by the chief alone); ``saved(path, step=, epoch=, logs=)`` is called on every worker
   after each save (``path`` None but on the chief).
 """
 

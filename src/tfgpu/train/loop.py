@@ -165,7 +165,8 @@ class Loop:
 
     def save(self, step: int, logs: dict[str, Any] | None = None) -> str | None:
         """A checkpoint at ``step`` (every worker joins; the chief's path returned), told to a
-        backup callback that asks (``callbacks``: ``saved``) with ``logs``, the figures so far."""
+        backup callback that asks (``callbacks``: ``saved``) with ``logs``, the figures so far,
+        and the epoch (1-based) the step ends or falls in."""
         if self.checkpoints is None:
             return None
         for name, value in asdict(self.counters).items():
@@ -174,7 +175,8 @@ class Loop:
         self.checkpoints.save_history(self.epochs_kept)
         saved = getattr(self.backup, "saved", None)
         if saved is not None:
-            saved(path, step=step, logs=pythonify(dict(logs or {})))
+            epoch = self.counters.epoch + (1 if self.counters.epoch_step else 0)
+            saved(path, step=step, epoch=epoch, logs=pythonify(dict(logs or {})))
         return path
 
     # -- where executions end ------------------------------------------------------------------
@@ -281,7 +283,7 @@ class Loop:
         self.last = None
         self.counters.next_epoch()
         if self.options.checkpoint_epochs:
-            self.save(self.counters.step, {"epoch": epoch + 1, **logs})
+            self.save(self.counters.step, logs)
 
     def evaluate(
         self, data: Any = None, *, limit: int | None = None, callbacks: Any = None

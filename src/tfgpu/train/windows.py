@@ -230,7 +230,7 @@ class RunLog:
             )
         every = self.options.checkpoint_every
         if every and step // every > window.first_step // every:
-            self._save(step, {"epoch": window.epoch + 1, **figures.logs})
+            self._save(step, figures.logs)
 
     def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float) -> None:
         """A window's TensorBoard scalars (the chief's writer, when ``log_dir`` was given)."""

@@ -95,12 +95,15 @@ class Session:
 
         return Bench(
             iterator=lambda c: self.setup_for(c).train.trial_iterator(input_options() if c.input else None),
-            execution=lambda c: execution.compiled(
-                self.setup_for(c).model, self.setup_for(c).strategy, jit_compile=c.jit_compile
-            ),
+            execution=self._compiled,
             max_steps=self._max_steps,
             model=lambda c: self.setup_for(c).model,
         )
+
+    def _compiled(self, config: Config) -> Any:
+        """The compiled step ``config`` runs (its setup's model and strategy), as the loop runs it."""
+        setup = self.setup_for(config)
+        return execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile)
 
     def saved(self, path: str) -> tuple[Tuning, Config]:
         """A saved tuning's choice (``tfgpu train --config``), less what this run cannot train
