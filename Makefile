@@ -21,7 +21,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh clean
+.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,12 @@ bench-memory: $(STAMP)
 
 bench-tune: $(STAMP)
 	cd bench && ../$(BIN)/python tune_bench.py --pin
+
+bench-ablation: $(STAMP)
+	cd bench && ../$(BIN)/python ablation_bench.py
+
+bench-resnet: $(STAMP)
+	cd bench && ../$(BIN)/python resnet_bench.py
 
 bench-tune-fresh: $(STAMP)
 	cd bench && ../$(BIN)/python tune_fresh_bench.py

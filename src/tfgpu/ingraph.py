@@ -13,7 +13,13 @@ from typing import Any
 
 
 def in_graph_loop(
-    iterator: Any, limit: Any, body: Callable[[Any, Any, Any], Any], state: Any
+    iterator: Any,
+    limit: Any,
+    body: Callable[[Any, Any, Any], Any],
+    state: Any,
+    *,
+    measure: bool = True,
+    fetch_ahead: bool = True,
 ) -> dict[str, Any]:
     """Run ``state = body(batch, state, index)`` for up to ``limit`` batches of ``iterator``, in the graph.
 
@@ -22,15 +28,21 @@ def in_graph_loop(
     exhausted: under a multi-worker strategy the distributed iterator agrees on that across
     workers. Returns the batches taken, the input wait and the final state.
 
-    The input wait is the time the step could not start for want of its batch: host timestamps
-    around each fetch, counted only from the moment the step before it finished (a timestamp
-    after that step's stateful ops and its state). A fetch runs alongside the step before it, and
-    a distributed iterator's ``get_next`` can take a long time while the replicas compute (on
-    logical CPU devices, 27% of the demo's step time) without the replicas ever waiting. On a
-    GPU "finished" means the host dispatched the step's kernels, which is when the host could
-    queue the next one.
+    ``measure``: the input wait, the time the step could not start for want of its batch: host
+    timestamps around each fetch, counted only from the moment the step before it finished (a
+    timestamp after that step's stateful ops and its state). A fetch runs alongside the step
+    before it, and a distributed iterator's ``get_next`` can take a long time while the replicas
+    compute (on logical CPU devices, 27% of the demo's step time) without the replicas ever
+    waiting. That timestamp ties the host to the step's ops every step, which a GPU may pay
+    (issue 54): ``measure=False`` (``bench/ablation_bench.py``) leaves it out; ``wait`` is then
+    0 and the first fetch's wait (``first_wait``, before any step: no tie) is still timed.
+
+    ``fetch_ahead=False`` (the ablation bench's row only): fetch at the top of each iteration
+    and run the body in a ``tf.cond`` on its presence, the other shape of this loop.
     """
     import tensorflow as tf
+
+    zero = tf.constant(0.0, tf.float64)
 
     def fetch(stepped: Any = None) -> tuple[Any, Any]:
         before = tf.timestamp()
@@ -44,6 +56,8 @@ def in_graph_loop(
             ready - tf.maximum(before, stepped), 0.0
         )
 
+    if not fetch_ahead:
+        return _fetch_at_top(iterator, limit, body, state, zero)
     first, first_wait = fetch()
 
     def more(done: Any, optional: Any, wait: Any, state: Any) -> Any:
@@ -53,17 +67,36 @@ def in_graph_loop(
         graph = tf.compat.v1.get_default_graph()
         known = len(graph.get_operations())
         state = body(optional.get_value(), state, done)
+        done += 1
+        if not measure:
+            optional = tf.cond(done < limit, iterator.get_next_as_optional, lambda: optional)
+            return done, optional, wait, state
         effects = [op for op in graph.get_operations()[known:] if op.op_def.is_stateful]
         with tf.control_dependencies(effects + tf.nest.flatten(state, expand_composites=True)):
             stepped = tf.timestamp()
-        done += 1
-        optional, waited = tf.cond(
-            done < limit, lambda: fetch(stepped), lambda: (optional, tf.constant(0.0, tf.float64))
-        )
+        optional, waited = tf.cond(done < limit, lambda: fetch(stepped), lambda: (optional, zero))
         return done, optional, wait + waited, state
 
     done, _, wait, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), first, first_wait, state))
-    return {"steps": done, "wait": wait, "first_wait": first_wait, "state": state}
+    return {"steps": done, "wait": wait if measure else zero, "first_wait": first_wait, "state": state}
+
+
+def _fetch_at_top(
+    iterator: Any, limit: Any, body: Callable[[Any, Any, Any], Any], state: Any, zero: Any
+) -> Any:
+    import tensorflow as tf
+
+    def more(done: Any, ended: Any, state: Any) -> Any:
+        return tf.logical_and(done < limit, tf.logical_not(ended))
+
+    def step(done: Any, ended: Any, state: Any) -> Any:
+        optional = iterator.get_next_as_optional()
+        has = optional.has_value()
+        state = tf.cond(has, lambda: body(optional.get_value(), state, done), lambda: state)
+        return done + tf.cast(has, tf.int32), tf.logical_not(has), state
+
+    done, _, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), tf.constant(False), state))
+    return {"steps": done, "wait": zero, "first_wait": zero, "state": state}
 
 
 def bounded(dataset: Any) -> Any:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tfgpu.ingraph import in_graph_loop
@@ -158,9 +159,38 @@ class StepLogs:
         return tf.nest.map_structure(mean, logs)
 
 
-def compiled(model: Any, strategy: Any, name: str = "train", *, jit_compile: bool = False) -> Any:
-    """``model``'s compiled "train" execution (with or without XLA), "skip" or "metrics"
-    function under ``strategy``, made once per model, strategy and compiled state
+@dataclass(frozen=True)
+class Extras:
+    """What a training execution does on each step besides the model's own step. tfgpu runs
+    them all (``ALL``); ``bench/ablation_bench.py`` switches each off to price it on the device
+    (issue 54), so what it measures is this function, not a copy of it.
+
+    - ``wait``: the input-wait timestamps and the control dependencies they add on the step's
+      stateful ops and state (``ingraph.in_graph_loop``'s ``measure``);
+    - ``finite``: the count of steps with a finite loss (``first_bad``);
+    - ``rows``: the rows counted from the batch shapes (``examples``);
+    - ``step_logs``: a step's own outputs carried when they are not the metric results;
+    - ``sharing``: each replica's loss scaled by its share of the rows (``train.losses``);
+    - ``fetch_ahead``: the next batch fetched in a ``tf.cond`` at the end of the body (off: at
+      the top of the next iteration).
+    """
+
+    wait: bool = True
+    finite: bool = True
+    rows: bool = True
+    step_logs: bool = True
+    sharing: bool = True
+    fetch_ahead: bool = True
+
+
+ALL = Extras()
+
+
+def compiled(
+    model: Any, strategy: Any, name: str = "train", *, jit_compile: bool = False, extras: Extras = ALL
+) -> Any:
+    """``model``'s compiled "train" execution (with or without XLA, with ``extras``), "skip" or
+    "metrics" function under ``strategy``, made once per model, strategy and compiled state
     (``train.model_cache``): the loop calls it as it is, and the tuner times it through
     ``timed``. The key holds the strategy object (a freed one's id is reused)."""
 
@@ -169,38 +199,44 @@ def compiled(model: Any, strategy: Any, name: str = "train", *, jit_compile: boo
             return skip_batches()
         if name == "metrics":
             return metrics_reader(model)
-        return train_execution(strategy, model, jit_compile=jit_compile)
+        return train_execution(strategy, model, jit_compile=jit_compile, extras=extras)
 
-    return model_cache.function(model, (name, strategy, jit_compile), make)
+    return model_cache.function(model, (name, strategy, jit_compile, extras), make)
 
 
-def train_execution(strategy: Any, model: Any, *, jit_compile: bool) -> Callable[[Any, Any], dict[str, Any]]:
+def train_execution(
+    strategy: Any, model: Any, *, jit_compile: bool, extras: Extras = ALL
+) -> Callable[[Any, Any], dict[str, Any]]:
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
     if model.optimizer is not None and _replicated(strategy):
         accumulation.enable(model.optimizer)  # Keras's own fails there (keras-team/keras#20582)
-    step = losses.sharing(model.train_step)  # each replica's losses scaled by its share of the rows
+    # each replica's losses scaled by its share of the rows
+    step = losses.sharing(model.train_step) if extras.sharing else model.train_step
     if jit_compile:
         step = tf.function(step, jit_compile=True)
     step_logs = StepLogs(strategy, model)
+    one = tf.constant(1.0)
 
     def body(batch: Any, state: Any, index: Any) -> Any:
         finite_steps, examples, last = state
         with losses.scaled_as_one_device():  # a 0-d loss, an uneven split: as on one device
-            outputs = losses.run(strategy, step, batch)
+            outputs = (
+                losses.run(strategy, step, batch) if extras.sharing else strategy.run(step, args=(batch,))
+            )
         # the logged loss is the epoch's running mean: non-finite from the first bad step on, so
         # the count of finite steps is that step's index (two scalar ops a step, no comparison)
         return (
-            finite_steps + _finite(strategy, outputs),
-            examples + tf.cast(_rows(strategy, batch), tf.float32),
-            step_logs.update(outputs, last),
+            finite_steps + (_finite(strategy, outputs) if extras.finite else one),
+            examples + (tf.cast(_rows(strategy, batch), tf.float32) if extras.rows else 0.0),
+            step_logs.update(outputs, last) if extras.step_logs else last,
         )
 
     @tf.function
     def execute(iterator: Any, limit: Any) -> dict[str, Any]:
         start = (tf.constant(0.0), tf.constant(0.0), step_logs.start())
-        out = in_graph_loop(iterator, limit, body, start)
+        out = in_graph_loop(iterator, limit, body, start, measure=extras.wait, fetch_ahead=extras.fetch_ahead)
         finite_steps, examples, last = out.pop("state")
         done = tf.cast(out["steps"], tf.float32)
         first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))

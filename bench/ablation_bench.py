@@ -1,0 +1,188 @@
+"""Where tfgpu's training step spends its time beyond the model's own step (issue 54, item 1).
+
+Times tfgpu's compiled execution (``train.execution.train_execution``, the function the loop
+calls) with each per-step extra switched off (``execution.Extras``), one at a time and all
+together, against the bare in-graph loop, in one process on one device, interleaved rounds:
+
+- ``bare in-graph loop``: ``_loops.bare_loop``, the twenty lines an expert writes;
+- ``tfgpu execution: all extras``: what ``tfgpu.fit`` runs, called directly on the same
+  ``tf.data`` input (one call per epoch, nothing read back until its end);
+- ``... no wait``: without the input-wait timestamps and their control dependencies on the
+  step's stateful ops and state; ``no finite``, ``no rows``, ``no step_logs``, ``no sharing``,
+  ``fetch at top``: the other extras (``execution.Extras``); ``none``: all of them off;
+- ``tfgpu.fit arrays`` / ``tfgpu.fit tf.data``: the whole fit (its Python, its windows and its
+  input: the gather by index from arrays on the device, or the same ``tf.data`` input).
+
+Each row: examples/s (median, min, max of the rounds), GPU busy (NVML, 20 ms samples, median of
+the rounds after the warm-up; empty on the CPU) and the step graph's node count (the function
+and every function it calls), with the ratio to the bare loop.
+
+Models as ``gpu_bench.py``: CNN 64x64x3 batch 256, MLP 256-2048-2048-10 batch 1024. ``--small``
+shrinks them to check the script on a CPU, the default there (``--full`` for full sizes).
+
+Run: make bench-ablation  (or .venv/bin/python bench/ablation_bench.py [--repeats 3] [--small |
+--full] [--models cnn,mlp])
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tensorflow as tf
+from _common import interleaved_rates, save, table
+from _loops import bare_loop, compiled
+from gpu_bench import EPOCHS, arrays, cnn, mlp, with_busy
+
+import tfgpu
+from tfgpu import distribute
+from tfgpu.train import execution
+from tfgpu.train import model as tfgpu_model
+
+OFF = {
+    "no wait": {"wait": False},
+    "no finite": {"finite": False},
+    "no rows": {"rows": False},
+    "no step_logs": {"step_logs": False},
+    "no sharing": {"sharing": False},
+    "fetch at top": {"fetch_ahead": False},
+    "none": {
+        "wait": False,
+        "finite": False,
+        "rows": False,
+        "step_logs": False,
+        "sharing": False,
+        "fetch_ahead": False,
+    },
+}
+
+
+def nodes(function: Any, *args: Any) -> int:
+    """The nodes of ``function``'s graph for ``args`` and of every function it calls."""
+    graph = function.get_concrete_function(*args).graph.as_graph_def()
+    return len(graph.node) + sum(len(f.node_def) for f in graph.library.function)
+
+
+def execution_run(
+    strategy: Any, build: Callable[[], Any], dataset: Any, *, steps: int, batch: int, extras: execution.Extras
+) -> tuple[Callable[[], int], int]:
+    """``run() -> examples``: ``EPOCHS`` calls of ``extras``' execution, one per epoch, read once
+    each at its end (as the loop reads a window); and its graph's node count."""
+    model = compiled(strategy, build)
+    tfgpu_model.build(model, strategy, dataset.element_spec)  # as the loop does before its first call
+    execute = execution.train_execution(strategy, model, jit_compile=False, extras=extras)
+    # one device: the dataset itself, as tfgpu's input reads it there (``distribute.input_strategy``)
+    feed = distribute.input_strategy(strategy, in_cluster=False)
+    distributed = dataset if feed is None else feed.experimental_distribute_dataset(dataset)
+    limit = execution.limit(steps)
+
+    def run() -> int:
+        for _ in range(EPOCHS):
+            int(execute(iter(distributed), limit)["steps"])
+        return EPOCHS * steps * batch
+
+    return run, nodes(execute, iter(distributed), limit)
+
+
+def fit_run(
+    strategy: Any, build: Callable[[], Any], data: Any, *, rows: int, batch: int
+) -> Callable[[], int]:
+    """``run() -> examples``: ``tfgpu.fit`` for ``EPOCHS`` epochs on arrays ``(x, y)`` or a dataset."""
+    model = compiled(strategy, build)
+    arrays_given = isinstance(data, tuple)
+
+    def run() -> int:
+        if arrays_given:
+            tfgpu.fit(model, *data, batch_size=batch, epochs=EPOCHS, verbose=0, shuffle=False)
+        else:
+            tfgpu.fit(model, data, epochs=EPOCHS, verbose=0)
+        return EPOCHS * rows
+
+    return run
+
+
+def variants(
+    name: str, build: Callable[[], Any], batch: int, x: Any, y: Any, strategy: Any
+) -> tuple[dict, dict]:
+    """Every row's ``run`` and graph node count for one model."""
+    steps = len(x) // batch
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .batch(batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+    runs: dict[str, Callable[[], int]] = {
+        f"{name}: bare in-graph loop": bare_loop(build, batch, x, y, epochs=EPOCHS)
+    }
+    counts: dict[str, int | None] = {f"{name}: bare in-graph loop": None}
+    for label, off in {"all extras": {}, **OFF}.items():
+        extras = replace(execution.ALL, **off)
+        run, count = execution_run(strategy, build, dataset, steps=steps, batch=batch, extras=extras)
+        runs[f"{name}: tfgpu execution: {label}"], counts[f"{name}: tfgpu execution: {label}"] = run, count
+    rows = steps * batch
+    runs[f"{name}: tfgpu.fit arrays"] = fit_run(strategy, build, (x[:rows], y[:rows]), rows=rows, batch=batch)
+    runs[f"{name}: tfgpu.fit tf.data"] = fit_run(strategy, build, dataset, rows=rows, batch=batch)
+    return runs, counts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", action="store_true", help="tiny sizes (the default without a GPU)")
+    parser.add_argument("--full", action="store_true", help="full sizes without a GPU too (slow on a CPU)")
+    parser.add_argument("--models", default="cnn,mlp")
+    args = parser.parse_args()
+    gpus = tf.config.list_logical_devices("GPU")
+    device = gpus[0].name if gpus else "/cpu:0"
+    strategy = tf.distribute.OneDeviceStrategy(device)
+    small = args.small or (not gpus and not args.full)
+    models = {
+        "cnn": (
+            cnn(16 if small else 64, 8 if small else 64),
+            32 if small else 256,
+            arrays(256 if small else 8192, (16, 16, 3) if small else (64, 64, 3)),
+        ),
+        "mlp": (
+            mlp(256, 64 if small else 2048),
+            64 if small else 1024,
+            arrays(1024 if small else 65536, (256,)),
+        ),
+    }
+    runs: dict[str, Callable[[], int]] = {}
+    counts: dict[str, int | None] = {}
+    for name in args.models.split(","):
+        build, batch, (x, y) = models[name]
+        more_runs, more_counts = variants(name, build, batch, x, y, strategy)
+        runs.update(more_runs)
+        counts.update(more_counts)
+    busy: dict[str, list[float]] = {name: [] for name in runs}
+    rates = interleaved_rates(
+        {name: with_busy(run, busy[name]) for name, run in runs.items()}, rounds=args.repeats
+    )
+    rows = []
+    for name, r in rates.items():
+        bare = rates[f"{name.split(':')[0]}: bare in-graph loop"]["median"]
+        rows.append(
+            {
+                "run": name,
+                "examples_per_s": r["median"],
+                "min": r["min"],
+                "max": r["max"],
+                "vs_bare": round(r["median"] / bare, 3),
+                "gpu_busy_%": statistics.median(busy[name][1:]) if len(busy[name]) > 1 else None,
+                "graph_nodes": counts.get(name),
+            }
+        )
+    title = f"Ablation on {device} ({'small sizes' if small else 'CNN 64x64x3 b256, MLP 256-2048-2048-10 b1024'}); median of {args.repeats}"
+    print(table(title, rows, ["run", "examples_per_s", "min", "max", "vs_bare", "gpu_busy_%", "graph_nodes"]))
+    print(f"\nwrote {save('ablation_bench', {'device': device, 'small': small, 'runs': rows})}")
+
+
+if __name__ == "__main__":
+    main()

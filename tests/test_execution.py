@@ -1,0 +1,63 @@
+"""The compiled execution with its per-step extras switched off (``execution.Extras``), as the
+ablation bench (``bench/ablation_bench.py``, issue 54) times it: every such execution trains the
+model Keras's own ``fit`` trains on one device, takes every batch once across calls, and stops
+at the data's end, so the bench compares like with like."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import keras
+import numpy as np
+import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fit_models import linear_data
+from test_fit import same_weights
+from tfgpu.train import execution
+from tfgpu.train import model as model_setup
+
+NAMES = [f.name for f in fields(execution.Extras)]
+
+
+def compiled() -> keras.Model:
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(1)]
+    )
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", metrics=["mae"])
+    return model
+
+
+@settings(max_examples=6, deadline=None)
+@given(off=st.sets(st.sampled_from(NAMES)))
+def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_once(off):
+    x, y = linear_data(80)  # 10 batches of 8
+    expected = compiled()
+    history = expected.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0).history
+
+    model = compiled()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    strategy = tf.distribute.get_strategy()
+    model_setup.build(model, strategy, dataset.element_spec)
+    extras = replace(execution.ALL, **dict.fromkeys(off, False))
+    execute = execution.train_execution(strategy, model, jit_compile=False, extras=extras)
+    iterator = iter(dataset)
+    outputs = [execute(iterator, execution.limit(4)) for _ in range(4)]
+
+    assert [int(o["steps"]) for o in outputs] == [4, 4, 2, 0]  # the end of the data stops the loop
+    same_weights(model.get_weights(), expected.get_weights())
+    assert int(model.optimizer.iterations.numpy()) == 10
+    examples = [float(o["examples"]) for o in outputs]
+    assert examples == ([32.0, 32.0, 16.0, 0.0] if "rows" not in off else [0.0] * 4)
+    waits = [float(o["wait"]) for o in outputs[:3]]
+    if "wait" in off or "fetch_ahead" in off:
+        assert waits == [0.0] * 3  # nothing measured
+    else:
+        assert sum(waits) > 0  # host timestamps around each fetch
+    if "finite" not in off:
+        assert [float(o["first_bad"]) for o in outputs[:3]] == [-1.0] * 3
+    # the metrics run over the calls, as over Keras's epoch
+    np.testing.assert_allclose(float(outputs[2]["logs"]["loss"]), history["loss"][0], rtol=1e-5)
+    np.testing.assert_allclose(float(outputs[2]["logs"]["mae"]), history["mae"][0], rtol=1e-5)
