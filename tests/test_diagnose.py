@@ -433,3 +433,34 @@ def test_more_input_workers_says_how_many_hosts():
     busy = dataclasses.replace(python, together_rate=1800)
     kinds = [a.kind for a in advice.advise(busy)]
     assert kinds[0] == "replace-python-function" and kinds[-1] == "more-input-workers", kinds
+
+
+@pytest.mark.parametrize(
+    "waits", [(0.03, 0.03, 0.03), (0.05, 0.05, 0.05), (0.06, 0.06, 0.06), (0.03, 0.05, 0.06)]
+)
+def test_a_figure_within_the_noise_of_a_cut_off_is_said_to_be_on_its_line(waits):
+    """Issue 54: three demo runs read the naive pipeline's wait as 3%, 5% and 6% and called it
+    device-bound, device-bound and moderately input-bound. Each now says it is on the 5% line."""
+    from tfgpu.diagnose import judge
+    from tfgpu.diagnose.measure import TogetherRun
+
+    def measured(wait):
+        run = TogetherRun(examples_per_s=900, input_wait_fraction=wait, host_overhead_fraction=0.0)
+        return judge.judge_round(run, pipeline_rate=3000, device_rate=1000, prefetched=False)
+
+    rounds = iter([measured(w) for w in waits])
+    verdict = judge.judge(lambda: next(rounds)).chosen.verdict
+    assert verdict.borderline == "5% input wait"
+    assert verdict.sentence().endswith("; on the 5% input wait line, within the noise")
+
+
+def test_a_figure_clear_of_every_cut_off_is_not_borderline():
+    from tfgpu import verdict
+
+    assert (
+        verdict.verdict(input_wait_fraction=0.10, host_overhead_fraction=0.02, noise=0.02).borderline is None
+    )
+    assert verdict.verdict(input_wait_fraction=0.0, host_overhead_fraction=0.16, noise=0.02).borderline == (
+        "15% per-step overhead"
+    )
+    assert verdict.verdict(input_wait_fraction=0.06).borderline is None  # training's own: no noise given

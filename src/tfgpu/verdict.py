@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+NOISE = 0.02  # a share this close to a cut-off is on it: the demo's naive pipeline read 3%, 5% and 6% in three runs
 MODERATELY_INPUT_BOUND = 0.05
 HIGHLY_INPUT_BOUND = 0.20
 MODERATELY_HOST_BOUND = 0.03
@@ -21,8 +22,16 @@ class Verdict:
     input_bound: str  # no | moderately | highly
     input_wait_fraction: float
     host_overhead_fraction: float
+    # the cut-off a figure is within the measurement's noise of, as "5% input wait": the verdict
+    # on its other side is as likely, and is said rather than a verdict that flips between runs
+    borderline: str | None = None
 
     def sentence(self) -> str:
+        return self._main() + (
+            f"; on the {self.borderline} line, within the noise" if self.borderline else ""
+        )
+
+    def _main(self) -> str:
         share = f"{self.input_wait_fraction:.0%} of step time waiting for input"
         if self.input_bound != "no":
             return f"{self.input_bound.upper()} input-bound: {share}"
@@ -41,8 +50,12 @@ def input_bound(fraction: float) -> str:
     return "no"
 
 
-def verdict(*, input_wait_fraction: float, host_overhead_fraction: float = 0.0) -> Verdict:
-    """Input-bound first (as the profiler reports it), then host overhead, else the device."""
+def verdict(
+    *, input_wait_fraction: float, host_overhead_fraction: float = 0.0, noise: float = 0.0
+) -> Verdict:
+    """Input-bound first (as the profiler reports it), then host overhead, else the device.
+    ``noise``: how far the figures may be off (``diagnose.judge``: the rounds' spread, at least
+    ``NOISE``); a figure that close to the cut-off deciding the verdict marks it ``borderline``."""
     bound = input_bound(input_wait_fraction)
     if bound != "no":
         bottleneck = "input"
@@ -50,4 +63,22 @@ def verdict(*, input_wait_fraction: float, host_overhead_fraction: float = 0.0) 
         bottleneck = "host"
     else:
         bottleneck = "device"
-    return Verdict(bottleneck, bound, round(input_wait_fraction, 4), round(host_overhead_fraction, 4))
+    return Verdict(
+        bottleneck,
+        bound,
+        round(input_wait_fraction, 4),
+        round(host_overhead_fraction, 4),
+        _borderline(input_wait_fraction, host_overhead_fraction, bound, noise),
+    )
+
+
+def _borderline(wait: float, overhead: float, bound: str, noise: float) -> str | None:
+    """The cut-off that decided the verdict, when a figure is within ``noise`` of it."""
+    if noise <= 0:
+        return None
+    for cut in (HIGHLY_INPUT_BOUND, MODERATELY_INPUT_BOUND):
+        if abs(wait - cut) <= noise + 1e-9:
+            return f"{cut:.0%} input wait"
+    if bound == "no" and abs(overhead - HIGHLY_HOST_BOUND) <= noise + 1e-9:
+        return f"{HIGHLY_HOST_BOUND:.0%} per-step overhead"
+    return None

@@ -74,6 +74,7 @@ class Diagnosis:
             "bottleneck": self.verdict.bottleneck,
             "input_bound": self.verdict.input_bound,
             "verdict": self.verdict.sentence(),
+            "borderline": self.verdict.borderline,
             "decided_by": self.decided_by,
             "certain": self.certain,
             "spread": self.spread,

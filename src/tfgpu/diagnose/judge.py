@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tfgpu import verdict as verdicts
@@ -116,15 +116,22 @@ def _why(found: verdicts.Verdict, overhead_why: str) -> str:
     return f"input wait {wait:.0%} (< 5%) and per-step overhead {overhead:.0%} (< {verdicts.HIGHLY_HOST_BOUND:.0%}): the device sets the pace"
 
 
+def _noise(rounds: list[Round]) -> float:
+    """How far the median figures may be off: half the rounds' spread, at least ``verdict.NOISE``
+    (three demo runs on two quiet cores read the same pipeline's wait as 3%, 5% and 6%)."""
+    spans = [max(values) - min(values) for values in ([r.wait for r in rounds], [r.overhead for r in rounds])]
+    return max(verdicts.NOISE, max(spans) / 2)
+
+
 def judge(measure_round: Callable[[], Round]) -> Judgement:
     """ROUNDS rounds; the median figures decide. Certain when every round's own verdict agrees."""
     rounds = [measure_round() for _ in range(ROUNDS)]
     wait = statistics.median(r.wait for r in rounds)
     overhead = statistics.median(r.overhead for r in rounds)
-    found = verdicts.verdict(input_wait_fraction=wait, host_overhead_fraction=overhead)
+    found = verdicts.verdict(input_wait_fraction=wait, host_overhead_fraction=overhead, noise=_noise(rounds))
     closest = min(rounds, key=lambda r: abs(r.wait - wait) + abs(r.overhead - overhead))
     certain = all(r.key == (found.bottleneck, found.input_bound) for r in rounds)
-    why = closest.decided_by if closest.verdict == found else _why(found, "the median of the runs")
+    why = closest.decided_by if closest.verdict == replace(found, borderline=None) else _why(found, "the median of the runs")
     if not certain:
         spread = (
             f"input wait {min(r.wait for r in rounds):.0%}-{max(r.wait for r in rounds):.0%}, "

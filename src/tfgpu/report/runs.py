@@ -100,7 +100,12 @@ def training_section(training: dict[str, Any]) -> Section:
             ylabel="examples/s",
         )
     )
-    steps = [{"t": p["t"], "wait": p["input_wait"], "compute": 1 - p["input_wait"]} for p in timeline]
+    # the windows that measured the input wait (the others say None: ``RunLog.measures``)
+    steps = [
+        {"t": p["t"], "wait": p["input_wait"], "compute": 1 - p["input_wait"]}
+        for p in timeline
+        if p.get("input_wait") is not None
+    ]
     images.append(
         plots.utilization(
             {"device busy (share of step not waiting for input)": plots.device_busy(steps)},

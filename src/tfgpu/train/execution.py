@@ -161,9 +161,11 @@ class StepLogs:
 
 @dataclass(frozen=True)
 class Extras:
-    """What a training execution does on each step besides the model's own step. tfgpu runs
-    them all (``ALL``); ``bench/ablation_bench.py`` switches each off to price it on the device
-    (issue 54), so what it measures is this function, not a copy of it.
+    """What a training execution does on each step besides the model's own step. The loop runs
+    them all (``ALL``) in the windows that measure the input wait and ``LEAN`` (no wait
+    timestamps, whose control dependencies tie the host to every step) in the rest
+    (``windows.RunLog.measures``); ``bench/ablation_bench.py`` switches each off to price it on
+    the device (issue 54), so what it measures is this function, not a copy of it.
 
     - ``wait``: the input-wait timestamps and the control dependencies they add on the step's
       stateful ops and state (``ingraph.in_graph_loop``'s ``measure``);
@@ -184,6 +186,7 @@ class Extras:
 
 
 ALL = Extras()
+LEAN = Extras(wait=False)
 
 
 def compiled(

@@ -360,8 +360,7 @@ class EpochLoop(Loop):
         self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        execute = execution.compiled(self.model, self.setup.strategy, jit_compile=self.options.jit_compile)
-        window = Window(epoch, counters.step)
+        window = Window(epoch, counters.step, measured=run.measures(epoch))
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)
         while True:
@@ -373,7 +372,7 @@ class EpochLoop(Loop):
             if batch_hooks:
                 callbacks.on_train_batch_begin(begin)
             called = time.perf_counter()
-            stats = self._dispatch(execute, iterator, limit)
+            stats = self._dispatch(self._execution(measured=window.measured), iterator, limit)
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
             taken = limit if self.setup.train.arrays_given else int(stats["steps"])
@@ -388,7 +387,7 @@ class EpochLoop(Loop):
             ended = taken < limit or counters.epoch_step == per_epoch
             if ended or self.at_boundary() or counters.step == steps or self.model.stop_training:
                 run.close(window)
-                window = Window(epoch, counters.step)
+                window = Window(epoch, counters.step, measured=run.measures(epoch))
             if ended:
                 if counters.epoch_step == 0:
                     raise ConfigError(
@@ -399,6 +398,14 @@ class EpochLoop(Loop):
                 return True
             if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
+
+    def _execution(self, *, measured: bool) -> Any:
+        """The compiled step: with the input-wait timestamps for a measured window, without them
+        (``execution.LEAN``, made on first use) for the others."""
+        extras = execution.ALL if measured else execution.LEAN
+        return execution.compiled(
+            self.model, self.setup.strategy, jit_compile=self.options.jit_compile, extras=extras
+        )
 
     def _dispatch(self, execute: Any, iterator: Any, limit: int) -> dict[str, Any]:
         import tensorflow as tf

@@ -224,7 +224,7 @@ class TrainResult:
     input_wait_fraction: float
     verdict: verdict.Verdict
     history: list[dict[str, Any]] = field(default_factory=list)
-    timeline: list[dict[str, float]] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)  # input_wait None: not measured
     gpu_utilization: list[dict[str, Any]] = field(default_factory=list)
     final_checkpoint: str | None = None
     resumed_from: str | None = None

@@ -33,6 +33,7 @@ class Window:
     startup_wait: float = 0.0  # the first fetch of an epoch: building buffers, not steady state
     workers: int = 1  # executions running side by side (parameter-server workers)
     warm_up: tuple[float, int, dict[str, Any]] | None = None
+    measured: bool = True  # its executions timed the input wait (``execution.ALL``); else 0s
 
     def add(
         self, stats: dict[str, Any], *, taken: int, epoch_start: bool = False, warm_up: float | None = None
@@ -67,6 +68,7 @@ class WindowFigures:
     timed_examples: float
     raw_wall: float
     raw_wait: float
+    measured: bool = True  # the waits were timed (``Window.measured``)
 
     @property
     def loss(self) -> float:
@@ -122,6 +124,7 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
         timed_examples,
         raw_wall,
         wait,
+        window.measured,
     )
 
 
@@ -161,7 +164,9 @@ class RunLog:
         self.timeline: list[dict[str, float]] = []
         self.examples = 0
         self.steps_run = 0  # this run's (a resumed run's counter starts past 0)
-        self.raw_wait = self.raw_wall = 0.0  # everything, start-up costs included
+        # the measured windows' seconds and input wait, start-up costs included
+        self.raw_wait = self.raw_wall = 0.0
+        self.measured_epochs: set[int] = set()  # epochs with a measured window of timed steps
         self.epoch_steps = 0
         self.last_logs: dict[str, Any] | None = None  # the last epoch's, as on_train_end takes them
         self.logs: dict[str, Any] = {}  # the last window's
@@ -186,6 +191,13 @@ class RunLog:
         if self.writer is not None:
             self.writer.flush()
 
+    def measures(self, epoch: int) -> bool:
+        """Whether the next window of ``epoch`` should time the input wait: until one window of
+        the epoch has timed steps outside its warm-up. The timestamps that measure it tie the
+        host to each step (``ingraph.in_graph_loop``), so the rest of the epoch runs without
+        them and its wait share is the measured windows' (issue 54)."""
+        return epoch not in self.measured_epochs
+
     def close(self, window: Window) -> None:
         """The end of a window: read it, then the hooks (timeline, TensorBoard, progress, checkpoint)."""
         if not window.steps:
@@ -193,8 +205,11 @@ class RunLog:
         figures = read(window, workers=self.workers, nan_raises=self.nan_raises)
         self.examples += figures.examples
         self.steps_run += window.steps
-        self.raw_wait += figures.raw_wait
-        self.raw_wall += figures.raw_wall
+        if figures.measured:
+            self.raw_wait += figures.raw_wait
+            self.raw_wall += figures.raw_wall
+            if figures.timed_steps:
+                self.measured_epochs.add(window.epoch)
         if window.warm_up is not None:
             self.tracing_s += window.warm_up[0]
         if window.startup_wait:
@@ -209,7 +224,9 @@ class RunLog:
         else:  # a window that was all start-up: its point shows it as it was
             steps, examples, wall, wait = figures.steps, figures.examples, figures.raw_wall, figures.raw_wait
         if figures.timed_steps or window.epoch in self.warm_epochs:  # steady state: timed steps only
-            self.epochs.setdefault(window.epoch, Span()).add(steps, examples, wall, wait)
+            self.epochs.setdefault(window.epoch, Span()).add(
+                steps, examples, wall, wait, measured=figures.measured
+            )
         self.epoch_steps += figures.steps
         self.logs = figures.logs
         step = window.last_step
@@ -219,7 +236,7 @@ class RunLog:
             "step": step,
             "loss": figures.loss,
             "examples_per_s": round(rate, 2),
-            "input_wait": round(_share(wait, wall), 4),
+            "input_wait": round(_share(wait, wall), 4) if figures.measured else None,
             "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
         }
         self.timeline.append(point)
@@ -232,7 +249,7 @@ class RunLog:
         if every and step // every > window.first_step // every:
             self._save(step, figures.logs)
 
-    def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float) -> None:
+    def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float | None) -> None:
         """A window's TensorBoard scalars (the chief's writer, when ``log_dir`` was given)."""
         if self.writer is None:
             return
@@ -243,7 +260,8 @@ class RunLog:
                 if isinstance(value, float):
                     tf.summary.scalar(name, value)
             tf.summary.scalar("examples_per_s", rate)
-            tf.summary.scalar("input_wait_fraction", wait)
+            if wait is not None:
+                tf.summary.scalar("input_wait_fraction", wait)
 
     def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
         """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
@@ -271,7 +289,7 @@ class RunLog:
     def wait_fraction(self) -> float:
         """Input wait over the steady state so far; over everything while there is none."""
         steady = self.steady()
-        return steady.wait_fraction if steady.wall > 0 else _share(self.raw_wait, self.raw_wall)
+        return steady.wait_fraction if steady.measured_wall > 0 else _share(self.raw_wait, self.raw_wall)
 
     def warm_up(self) -> dict[str, Any]:
         epochs = [
@@ -297,7 +315,8 @@ class RunLog:
         elapsed = time.perf_counter() - self.started
         steady = self.steady()
         has_steady = steady.steps >= MIN_STEADY_STEPS
-        share = steady.wait_fraction if has_steady else _share(self.raw_wait, self.raw_wall)
+        measured = has_steady and steady.measured_wall > 0
+        share = steady.wait_fraction if measured else _share(self.raw_wait, self.raw_wall)
         overall = self.examples / max(elapsed, 1e-9)
         return TrainResult(
             steps=steps,
@@ -326,25 +345,32 @@ MIN_STEADY_STEPS = 8  # fewer timed steps outside warm-up are not called a stead
 
 @dataclass
 class Span:
-    """Timed steps, examples, seconds and input-wait seconds (start-up costs left out)."""
+    """Timed steps, examples, seconds and input-wait seconds (start-up costs left out); the wait
+    is of the measured windows only (``RunLog.measures``), and its share of their seconds."""
 
     steps: int = 0
     examples: float = 0.0
     wall: float = 0.0
     wait: float = 0.0
+    measured_wall: float = 0.0
 
-    def add(self, steps: int, examples: float, wall: float, wait: float) -> None:
+    def add(self, steps: int, examples: float, wall: float, wait: float, *, measured: bool = True) -> None:
         self.steps += steps
         self.examples += examples
         self.wall += wall
         self.wait += wait
+        self.measured_wall += wall if measured else 0.0
 
     def merge(self, other: Span) -> None:
-        self.add(other.steps, other.examples, other.wall, other.wait)
+        self.steps += other.steps
+        self.examples += other.examples
+        self.wall += other.wall
+        self.wait += other.wait
+        self.measured_wall += other.measured_wall
 
     @property
     def wait_fraction(self) -> float:
-        return _share(self.wait, self.wall)
+        return _share(self.wait, self.measured_wall)
 
     @property
     def examples_per_s(self) -> float:
