@@ -46,18 +46,18 @@ def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_o
     iterator = iter(dataset)
     outputs = [execute(iterator, execution.limit(4)) for _ in range(4)]
 
-    assert [int(o["steps"]) for o in outputs] == [4, 4, 2, 0]  # the end of the data stops the loop
+    assert [int(o.steps) for o in outputs] == [4, 4, 2, 0]  # the end of the data stops the loop
     same_weights(model.get_weights(), expected.get_weights())
     assert int(model.optimizer.iterations.numpy()) == 10
-    examples = [float(o["examples"]) for o in outputs]
+    examples = [float(o.examples) for o in outputs]
     assert examples == ([32.0, 32.0, 16.0, 0.0] if "rows" not in off else [0.0] * 4)
-    waits = [float(o["wait"]) for o in outputs[:3]]
+    waits = [float(o.wait) for o in outputs[:3]]
     if "wait" in off or "fetch_ahead" in off:
         assert waits == [0.0] * 3  # nothing measured
     else:
         assert sum(waits) > 0  # host timestamps around each fetch
     if "finite" not in off:
-        assert [float(o["first_bad"]) for o in outputs[:3]] == [-1.0] * 3
+        assert [float(o.first_bad) for o in outputs[:3]] == [-1.0] * 3
     # the metrics run over the calls, as over Keras's epoch
-    np.testing.assert_allclose(float(outputs[2]["logs"]["loss"]), history["loss"][0], rtol=1e-5)
-    np.testing.assert_allclose(float(outputs[2]["logs"]["mae"]), history["mae"][0], rtol=1e-5)
+    np.testing.assert_allclose(float(outputs[2].logs["loss"]), history["loss"][0], rtol=1e-5)
+    np.testing.assert_allclose(float(outputs[2].logs["mae"]), history["mae"][0], rtol=1e-5)

@@ -3,6 +3,7 @@ shows, numbers without units, a cluster of no nodes."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -126,19 +127,21 @@ def test_a_finished_run_started_again_says_so_and_keeps_its_history(tmp_path, ca
 def test_a_kept_default_is_not_shown_as_a_slowdown_and_a_spent_budget_is_said_once():
     from tfgpu.train import tuning
 
-    kept = {
-        "knob": "together",
-        "baseline": "a",
-        "candidate": "b",
-        "baseline_examples_per_s": 31087.0,
-        "candidate_examples_per_s": 18154.0,
-        "decision": "drop",
-    }
+    kept = tuning.Trial(
+        knob="together",
+        baseline="a",
+        candidate="b",
+        baseline_examples_per_s=31087.0,
+        candidate_examples_per_s=18154.0,
+        ratio=0.584,
+        spread=(0.58, 0.59),
+        decision="drop",
+    )
     notes = ["budget of 8 s spent: input not tried", "budget of 8 s spent: XLA not tried"]
     line = tuning.Tuning(4.0, {"steps_per_execution": 100}, {}, [kept], notes).line()
     assert "->" not in line and line.count("budget of 8 s spent") == 1
     assert line.endswith("budget of 8 s spent: input and XLA not tried")
-    taken = tuning.Tuning(4.0, {}, {}, [{**kept, "decision": "take"}]).line()
+    taken = tuning.Tuning(4.0, {}, {}, [dataclasses.replace(kept, decision="take")]).line()
     assert "(31,087 -> 18,154 examples/s)" in taken
 
 

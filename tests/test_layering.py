@@ -279,7 +279,6 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "tuning.kept",  # a kept or saved tuning: read and checked where the options are
                 "tuning.options",
                 "tuning.result",
-                "windows",
             }
         ),
     ),
@@ -289,7 +288,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         frozenset({"evaluation", "execution", "footprint", "inputs", "model", "proof", "split"}),
     ),
     ("setup", frozenset({"setup"})),
-    ("loop", frozenset({"loop", "ps_loop"})),
+    ("loop", frozenset({"loop", "ps_loop", "windows"})),  # windows: the loops' record of a run
     ("tuning", frozenset({"tuning", "tuning.session", "tuning.tuner"})),
     ("trainer", frozenset({"trainer", "batch_size"})),
     ("keras", frozenset({"keras_fit", "__init__"})),

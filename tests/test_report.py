@@ -59,17 +59,17 @@ def test_without_gpu_samples_there_is_no_gpu_plot(tmp_path):
 
 def test_a_tuned_run_has_a_tuning_section_before_training(tmp_path):
     """The trials of tune=True as a table and a plot, the default's and the choice's rates."""
-    from tfgpu.train.tuning import Config, Tuning
+    from tfgpu.train.tuning import Config, Trial, Tuning
 
-    trial = {
-        "knob": "together",
-        "baseline": Config(1).label(),
-        "candidate": Config(64, input=True).label(),
-        "baseline_examples_per_s": 1000.0,
-        "candidate_examples_per_s": 1900.0,
-        "ratio": 1.9,
-        "spread": [1.8, 2.0],
-    }
+    trial = Trial(
+        knob="together",
+        baseline=Config(1).label(),
+        candidate=Config(64, input=True).label(),
+        baseline_examples_per_s=1000.0,
+        candidate_examples_per_s=1900.0,
+        ratio=1.9,
+        spread=(1.8, 2.0),
+    )
     tuned = Tuning(12.0, {"steps_per_execution": 64, "input": True}, {"steps_per_execution": 1.9}, [trial])
     save_run(tmp_path, "train", {**TRAIN, "tuning": tuned.to_dict()})
     first, training = sections_for(load_run(tmp_path))

@@ -84,7 +84,7 @@ def test_the_known_best_is_chosen_and_what_does_not_help_is_not():
     )
     assert choices["input"] is True and gains["input"] == pytest.approx(1.2)
     assert "XLA not tried: not here" in found.notes
-    assert [t["candidate"] for t in found.trials][:5] == [
+    assert [t.candidate for t in found.trials][:5] == [
         f"steps_per_execution={k}" for k in (4, 16, 64, 256, 1024)
     ]
 
@@ -96,7 +96,7 @@ def test_the_steps_ladder_starts_at_the_run_s_default():
     config, choices, gains = found.run()
     assert config == Config(256)
     assert choices == {"steps_per_execution": 256}
-    steps = [(t["baseline"], t["candidate"]) for t in found.trials if t["knob"] == "steps_per_execution"]
+    steps = [(t.baseline, t.candidate) for t in found.trials if t.knob == "steps_per_execution"]
     assert steps == [
         ("steps_per_execution=100", "steps_per_execution=256"),
         ("steps_per_execution=256", "steps_per_execution=1024"),
@@ -128,7 +128,7 @@ def test_a_dataset_s_steps_are_sized_by_the_examples_a_step_takes():
     examples = 0.8 * 20 * rate / (2 * tuning.ROUNDS * 5)  # the rungs above K=100, input, XLA, the proof
     assert found.examples == pytest.approx(examples)
     assert found.bench.asked[1:] == [int(examples / 32)] * (len(found.bench.asked) - 1)
-    assert not [t for t in found.trials if t["knob"] == "steps_per_execution"]
+    assert not [t for t in found.trials if t.knob == "steps_per_execution"]
 
 
 def test_nothing_helps_keeps_the_defaults():
@@ -153,8 +153,8 @@ def test_a_choice_the_proof_does_not_confirm_keeps_the_default():
     found = tuner(bench, default=Config(1), xla="not here")
     config, choices, _ = found.run()
     assert config == Config(1) and choices == {"steps_per_execution": 1, "input": False, "jit_compile": False}
-    assert found.trials[-1]["knob"] == "together" and found.trials[-1]["ratio"] == 0.9
-    assert found.trials[-1]["candidate"] == Config(4, input=True).label()
+    assert found.trials[-1].knob == "together" and found.trials[-1].ratio == 0.9
+    assert found.trials[-1].candidate == Config(4, input=True).label()
     assert any("did not beat the default together" in n for n in found.notes)
 
 
@@ -162,7 +162,7 @@ def test_a_proved_choice_gives_the_run_its_before_and_after():
     found = tuner(FakeBench(dispatch_bound), default=Config(1), xla="not here")
     config, choices, gains = found.run()
     together = found.trials[-1]
-    assert together["knob"] == "together" and together["candidate"] == config.label()
+    assert together.knob == "together" and together.candidate == config.label()
     result = tuning.Tuning(1.0, choices, gains, found.trials)
     before, after = result.before_after()
     assert before == pytest.approx(dispatch_bound(Config(1)), rel=1e-3)
@@ -221,14 +221,14 @@ def test_the_rounds_stop_once_the_candidate_is_decided():
         bench = FakeBench(lambda config, rate=rate: rate if config.input else 1000.0)
         found = tuner(bench, knobs=("input",))
         assert found.compare("input", DEFAULT, Config(100, input=True)) == [rate / 1000] * rounds
-        assert len(bench.calls) == 2 * rounds and found.trials[-1]["rounds"] == rounds
-        assert found.trials[-1]["decision"] == decision
+        assert len(bench.calls) == 2 * rounds and found.trials[-1].rounds == rounds
+        assert found.trials[-1].decision == decision
     assert "(3, taken)" in tuning.trial_row(found.trials[-1])[-1]
     # b reads 1.10x and 0.98x by turns (a, b, then b, a): likely a gain, never shown
     close = iter([1000.0, 1100.0, 980.0, 1000.0] * tuning.MAX_ROUNDS)
     found = tuner(FakeBench(lambda config: next(close)), knobs=("input",))
     ratios = found.compare("input", DEFAULT, Config(100, input=True))
-    assert len(ratios) == tuning.MAX_ROUNDS and found.trials[-1]["decision"] == "not decided"
+    assert len(ratios) == tuning.MAX_ROUNDS and found.trials[-1].decision == "not decided"
     assert any("not decided in 12 rounds" in note for note in found.notes), found.notes
     assert len(found.compare("grid", DEFAULT, Config(100, input=True), gain=None)) == 3
 
@@ -265,7 +265,7 @@ def test_the_budget_holds_when_each_measurement_is_slow():
     assert any("budget of 30 s spent: input not tried" in n for n in slow.notes), slow.notes
     fast = tuner(FakeBench(dispatch_bound))
     fast.run()
-    assert {t["knob"] for t in fast.trials} >= {"steps_per_execution", "input", "jit_compile"}
+    assert {t.knob for t in fast.trials} >= {"steps_per_execution", "input", "jit_compile"}
 
 
 def test_steps_the_user_fixed_are_not_tuned():
@@ -722,7 +722,7 @@ def test_the_batch_doubles_while_it_gains_and_stops_where_it_does_not():
     found = tuner(FakeBench(grows_until(256)), knobs=("batch_size",))
     config, choices, gains = found.run()
     assert config.batch == 256 and choices == {"batch_size": 256} and gains["batch_size"] == pytest.approx(8)
-    assert [t["candidate"] for t in found.trials if t["knob"] == "batch_size"][-1].endswith("batch 512")
+    assert [t.candidate for t in found.trials if t.knob == "batch_size"][-1].endswith("batch 512")
     assert any("batch 512 gains 1.00x over 256, less than 5%: 256 kept" in n for n in found.notes)
     assert "batch_size=256 (8.00x)" in tuning.Tuning(1.0, choices, gains).line()
 

@@ -9,7 +9,17 @@ of Keras at ``steps_per_execution`` > 1.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+
+class Looped(NamedTuple):
+    """What ``in_graph_loop`` returns, as tensors: the batches taken, the input wait (seconds,
+    0 unmeasured), the first fetch's wait, and the body's final state."""
+
+    steps: Any
+    wait: Any
+    first_wait: Any
+    state: Any
 
 
 def in_graph_loop(
@@ -20,7 +30,7 @@ def in_graph_loop(
     *,
     measure: bool = True,
     fetch_ahead: bool = True,
-) -> dict[str, Any]:
+) -> Looped:
     """Run ``state = body(batch, state, index)`` for up to ``limit`` batches of ``iterator``, in the graph.
 
     Each next batch is fetched as an optional at the end of the previous step (never past
@@ -78,7 +88,7 @@ def in_graph_loop(
         return done, optional, wait + waited, state
 
     done, _, wait, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), first, first_wait, state))
-    return {"steps": done, "wait": wait if measure else zero, "first_wait": first_wait, "state": state}
+    return Looped(done, wait if measure else zero, first_wait, state)
 
 
 def _fetch_at_top(
@@ -96,7 +106,7 @@ def _fetch_at_top(
         return done + tf.cast(has, tf.int32), tf.logical_not(has), state
 
     done, _, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), tf.constant(False), state))
-    return {"steps": done, "wait": zero, "first_wait": zero, "state": state}
+    return Looped(done, zero, zero, state)
 
 
 def bounded(dataset: Any) -> Any:

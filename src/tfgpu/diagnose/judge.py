@@ -131,7 +131,11 @@ def judge(measure_round: Callable[[], Round]) -> Judgement:
     found = verdicts.verdict(input_wait_fraction=wait, host_overhead_fraction=overhead, noise=_noise(rounds))
     closest = min(rounds, key=lambda r: abs(r.wait - wait) + abs(r.overhead - overhead))
     certain = all(r.key == (found.bottleneck, found.input_bound) for r in rounds)
-    why = closest.decided_by if closest.verdict == replace(found, borderline=None) else _why(found, "the median of the runs")
+    why = (
+        closest.decided_by
+        if closest.verdict == replace(found, borderline=None)
+        else _why(found, "the median of the runs")
+    )
     if not certain:
         spread = (
             f"input wait {min(r.wait for r in rounds):.0%}-{max(r.wait for r in rounds):.0%}, "

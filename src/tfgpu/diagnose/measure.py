@@ -105,11 +105,11 @@ def together_in_graph(
     iterator = device.iterator(dataset.repeat())
     device.run(iterator, steps=max(warmup, per_call), per_call=per_call)  # traces, fills the buffers
     wall, starts, outputs = device.run(iterator, steps=max(steps, per_call), per_call=per_call)
-    waits = [float(o["wait"]) for o in outputs]
+    waits = [float(o.wait) for o in outputs]
     ends = [*starts[1:], wall]
     timeline = [
         {"t": round(t, 5), "wait": round(w, 6), "compute": round(max(0.0, end - t - w), 6)}
         for t, end, w in zip(starts, ends, waits, strict=True)
     ]
-    examples = sum(float(o["examples"]) for o in outputs)
+    examples = sum(float(o.examples) for o in outputs)
     return TogetherRun(examples / wall, min(1.0, sum(waits) / wall), 0.0, timeline)

@@ -472,8 +472,8 @@ def _run(
             {k: growing_array(v.dtype, v.shape) for k, v in outputs.items()},
         )
         out = in_graph_loop(iterator, per_call, body, arrays)
-        ids_array, out_arrays = out["state"]
-        return out["steps"], ids_array.concat(), {k: a.concat() for k, a in out_arrays.items()}
+        ids_array, out_arrays = out.state
+        return out.steps, ids_array.concat(), {k: a.concat() for k, a in out_arrays.items()}
 
     def to_host(ids: Any, values: Any) -> None:
         sink.add(ids.numpy(), {k: v.numpy() for k, v in values.items()})

@@ -265,6 +265,6 @@ def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool)
             body,
             tf.nest.map_structure(lambda leaf: growing_array(leaf.dtype, leaf.shape), outputs),
         )
-        return out["steps"], tf.nest.map_structure(lambda a: a.concat(), out["state"])
+        return out.steps, tf.nest.map_structure(lambda a: a.concat(), out.state)
 
     return call

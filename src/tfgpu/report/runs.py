@@ -139,9 +139,9 @@ def training_section(training: dict[str, Any]) -> Section:
 def tuning_section(tuning: dict[str, Any]) -> Section:
     """What ``tune=True`` measured and chose: the default's and the choice's rates, every trial
     (K: steps per call)."""
-    from tfgpu.train.tuning import TRIAL_COLUMNS, short, trial_row
+    from tfgpu.train.tuning import TRIAL_COLUMNS, Trial, short, trial_row
 
-    rows = [trial_row(t) for t in tuning.get("trials", [])]
+    rows = [trial_row(Trial.from_dict(t)) for t in tuning.get("trials", [])]
     before, after = tuning.get("before_examples_per_s"), tuning.get("after_examples_per_s")
     paragraphs = (
         [f"Before: {before:,.0f} examples/s (the default); after: {after:,.0f} examples/s (the choice)."]

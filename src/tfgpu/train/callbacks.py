@@ -196,3 +196,18 @@ def acting_per_batch(callbacks: Sequence[Any], *, kind: str = "train") -> list[s
         if any(not getattr(getattr(callback, hook), "_is_default", False) for hook in _HOOKS[kind]):
             names.append(type(callback).__name__)
     return names
+
+
+def pythonify(logs: Any) -> dict[str, Any]:
+    """Logs as Python numbers (lists for non-scalar results), as Keras's ``pythonify_logs``
+    makes them: in key order, nested dicts (a custom step returning ``metric.result()`` of
+    Keras's CompileMetrics) flattened into their keys."""
+    out: dict[str, Any] = {}
+    for name, value in sorted((logs or {}).items()):
+        if isinstance(value, dict):
+            out.update(pythonify(value))
+            continue
+        array = value.numpy() if hasattr(value, "numpy") else value
+        size = getattr(array, "size", 1)
+        out[name] = float(array) if size == 1 else array.tolist()
+    return out

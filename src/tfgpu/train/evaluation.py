@@ -13,7 +13,7 @@ from typing import Any
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution, model_cache
 from tfgpu.train import model as model_setup
-from tfgpu.train.windows import pythonify
+from tfgpu.train.callbacks import pythonify
 
 ALL = 2**31 - 1
 
@@ -60,17 +60,19 @@ class Evaluator:
             out = self._batch_by_batch(iterator, limit or source.known_length() or ALL, callbacks, acting)
         else:
             out = self._run(iterator, execution.limit(limit or ALL))
-        logs = pythonify(out["logs"])
+        logs = pythonify(out.logs)
         if not acting:
-            steps = int(out["steps"])
+            steps = int(out.steps)
             if callbacks is not None and steps and callback_setup.has_batch_hooks(callbacks, kind="test"):
                 callbacks.on_test_batch_begin(0)
                 callbacks.on_test_batch_end(steps - 1, logs)
         if callbacks is not None:
             callbacks.on_test_end(logs)
-        return {"examples": float(out["examples"]), **logs}
+        return {"examples": float(out.examples), **logs}
 
-    def _batch_by_batch(self, iterator: Any, limit: int, callbacks: Any, acting: list[str]) -> dict[str, Any]:
+    def _batch_by_batch(
+        self, iterator: Any, limit: int, callbacks: Any, acting: list[str]
+    ) -> execution.Evaluated:
         from tfgpu import choices
 
         choices.record(
@@ -83,10 +85,10 @@ class Evaluator:
         for step in range(limit):
             callbacks.on_test_batch_begin(step)
             ran = self._run(iterator, one)
-            if not int(ran["steps"]):
+            if not int(ran.steps):
                 break
             out = ran
-            callbacks.on_test_batch_end(step, pythonify(ran["logs"]))
+            callbacks.on_test_batch_end(step, pythonify(ran.logs))
         return ran if out is None else out  # no batch at all: an empty evaluation's, as one call gives
 
 

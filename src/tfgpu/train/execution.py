@@ -31,10 +31,29 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfgpu.ingraph import in_graph_loop
 from tfgpu.train import accumulation, losses, model_cache
+
+
+class Executed(NamedTuple):
+    """What a training execution returns, as device tensors (see the module docstring)."""
+
+    steps: Any  # the steps taken (int32; host memory: reading it does not wait for the device)
+    wait: Any  # seconds the steps waited for their batches (0 when unmeasured: ``Extras.wait``)
+    first_wait: Any  # the first fetch's share of it
+    examples: Any  # rows this worker's replicas trained on
+    first_bad: Any  # the index of the first step with a non-finite loss, or -1
+    logs: Any  # the model's metric results (or the step's own outputs: ``StepLogs``)
+
+
+class Evaluated(NamedTuple):
+    """What an evaluation execution returns, as device tensors."""
+
+    examples: Any
+    steps: Any
+    logs: Any
 
 
 def _rows(strategy: Any, batch: Any) -> Any:
@@ -209,7 +228,7 @@ def compiled(
 
 def train_execution(
     strategy: Any, model: Any, *, jit_compile: bool, extras: Extras = ALL
-) -> Callable[[Any, Any], dict[str, Any]]:
+) -> Callable[[Any, Any], Executed]:
     """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
     import tensorflow as tf
 
@@ -237,13 +256,13 @@ def train_execution(
         )
 
     @tf.function
-    def execute(iterator: Any, limit: Any) -> dict[str, Any]:
+    def execute(iterator: Any, limit: Any) -> Executed:
         start = (tf.constant(0.0), tf.constant(0.0), step_logs.start())
         out = in_graph_loop(iterator, limit, body, start, measure=extras.wait, fetch_ahead=extras.fetch_ahead)
-        finite_steps, examples, last = out.pop("state")
-        done = tf.cast(out["steps"], tf.float32)
+        finite_steps, examples, last = out.state
+        done = tf.cast(out.steps, tf.float32)
         first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))
-        return {**out, "examples": examples, "first_bad": first_bad, "logs": step_logs.result(last)}
+        return Executed(out.steps, out.wait, out.first_wait, examples, first_bad, step_logs.result(last))
 
     return execute
 
@@ -265,7 +284,7 @@ def skip_batches() -> Callable[[Any, Any], Any]:
 
     @tf.function
     def skip(iterator: Any, n: Any) -> Any:
-        return in_graph_loop(iterator, n, lambda batch, state, index: state, tf.constant(0))["steps"]
+        return in_graph_loop(iterator, n, lambda batch, state, index: state, tf.constant(0)).steps
 
     return skip
 
@@ -284,7 +303,7 @@ def example_counter(strategy: Any) -> Any:
         )
 
 
-def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, Any], dict[str, Any]]:
+def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, Any], Evaluated]:
     """fn(iterator, limit) -> the logs Keras's ``evaluate`` reports (``StepLogs``) and the exact
     example count (``counter``, from ``example_counter``) over up to ``limit`` batches, in one
     call. Reset both first."""
@@ -318,13 +337,9 @@ def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, An
         return step_logs.update(outputs, state, ran=[tf.shape(p)[0] > 0 for p in parts])
 
     @tf.function
-    def evaluate(iterator: Any, limit: Any) -> dict[str, Any]:
+    def evaluate(iterator: Any, limit: Any) -> Evaluated:
         out = in_graph_loop(iterator, limit, body, step_logs.start())
-        return {
-            "examples": counter.read_value(),
-            "steps": out["steps"],
-            "logs": step_logs.result(out["state"]),
-        }
+        return Evaluated(counter.read_value(), out.steps, step_logs.result(out.state))
 
     return evaluate
 
@@ -350,8 +365,8 @@ def limit(steps: int) -> Any:
 
 
 def timed(
-    execute: Callable[[Any, Any], dict[str, Any]], iterator: Any, *, steps: int, per_call: int
-) -> tuple[float, list[float], list[Any]]:
+    execute: Callable[[Any, Any], Executed], iterator: Any, *, steps: int, per_call: int
+) -> tuple[float, list[float], list[Executed]]:
     """``steps`` steps from ``iterator``, ``per_call`` per compiled call (``execute``, a
     ``train.execution`` function), nothing read back until the end: the seconds they took, when
     each call was made (from the start), and each call's outputs."""
@@ -361,13 +376,13 @@ def timed(
     for _ in range(max(1, steps // per_call)):
         starts.append(time.perf_counter() - start)
         outputs.append(execute(iterator, per))
-    int(outputs[-1]["steps"])  # the calls run in order: the last one's result waits for all
+    int(outputs[-1].steps)  # the calls run in order: the last one's result waits for all
     return time.perf_counter() - start, starts, outputs
 
 
-def examples(outputs: list[Any]) -> float:
+def examples(outputs: list[Executed]) -> float:
     """The rows the calls trained on (this worker's replicas)."""
-    return float(sum(float(o["examples"]) for o in outputs))
+    return float(sum(float(o.examples) for o in outputs))
 
 
 @contextlib.contextmanager

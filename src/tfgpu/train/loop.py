@@ -30,11 +30,12 @@ from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution
+from tfgpu.train.callbacks import pythonify
 from tfgpu.train.checkpoints import Checkpoints
 from tfgpu.train.evaluation import evaluator_for
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
 from tfgpu.train.setup import Setup, describe
-from tfgpu.train.windows import RunLog, Window, pythonify
+from tfgpu.train.windows import RunLog, Window
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class Loop:
         self.resumed_from: str | None = None
         self.epochs_kept: list[dict[str, Any]] = []  # each finished epoch's logs (Checkpoints.save_history)
         self.warm = False  # the training function has run once (traced and instantiated)
-        self.last: dict[str, Any] | None = None  # the last execution's accumulators
+        self.last: execution.Executed | None = None  # the last execution's accumulators
         if options.checkpoint_dir:
             self._checkpointed()
 
@@ -269,7 +270,7 @@ class Loop:
         history and the callbacks; the counters move to the next epoch."""
         epoch = self.counters.epoch
         logs = pythonify(
-            self.last["logs"]
+            self.last.logs
             if self.last is not None
             else execution.compiled(self.model, self.setup.strategy, "metrics")()
         )
@@ -375,13 +376,13 @@ class EpochLoop(Loop):
             stats = self._dispatch(self._execution(measured=window.measured), iterator, limit)
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
-            taken = limit if self.setup.train.arrays_given else int(stats["steps"])
+            taken = limit if self.setup.train.arrays_given else int(stats.steps)
             warm_up = None if self.warm else time.perf_counter() - called
             if taken:
                 window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
                 self.last = stats
                 if batch_hooks:
-                    callbacks.on_train_batch_end(begin + taken - 1, stats["logs"])
+                    callbacks.on_train_batch_end(begin + taken - 1, stats.logs)
             epoch_start, self.warm = False, True
             counters.advance(taken)
             ended = taken < limit or counters.epoch_step == per_epoch
@@ -407,7 +408,7 @@ class EpochLoop(Loop):
             self.model, self.setup.strategy, jit_compile=self.options.jit_compile, extras=extras
         )
 
-    def _dispatch(self, execute: Any, iterator: Any, limit: int) -> dict[str, Any]:
+    def _dispatch(self, execute: Any, iterator: Any, limit: int) -> execution.Executed:
         import tensorflow as tf
 
         try:

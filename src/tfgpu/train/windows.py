@@ -18,6 +18,8 @@ from typing import Any
 from tfgpu import verdict
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.monitor import Monitor
+from tfgpu.train.callbacks import pythonify
+from tfgpu.train.execution import Executed
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
 
 
@@ -28,15 +30,15 @@ class Window:
     epoch: int
     first_step: int
     started: float = field(default_factory=time.perf_counter)
-    executions: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    executions: list[tuple[int, Executed]] = field(default_factory=list)
     steps: int = 0
     startup_wait: float = 0.0  # the first fetch of an epoch: building buffers, not steady state
     workers: int = 1  # executions running side by side (parameter-server workers)
-    warm_up: tuple[float, int, dict[str, Any]] | None = None
+    warm_up: tuple[float, int, Executed] | None = None
     measured: bool = True  # its executions timed the input wait (``execution.ALL``); else 0s
 
     def add(
-        self, stats: dict[str, Any], *, taken: int, epoch_start: bool = False, warm_up: float | None = None
+        self, stats: Executed, *, taken: int, epoch_start: bool = False, warm_up: float | None = None
     ) -> None:
         """One execution's accumulators.
 
@@ -50,7 +52,7 @@ class Window:
         if warm_up is not None:
             self.warm_up = (warm_up, taken, stats)
         elif epoch_start:
-            self.startup_wait = float(stats["first_wait"])
+            self.startup_wait = float(stats.first_wait)
 
     @property
     def last_step(self) -> int:
@@ -75,21 +77,6 @@ class WindowFigures:
         return float(self.logs.get("loss", float("nan")))
 
 
-def pythonify(logs: Any) -> dict[str, Any]:
-    """Logs as Python numbers (lists for non-scalar results), as Keras's ``pythonify_logs``
-    makes them: in key order, nested dicts (a custom step returning ``metric.result()`` of
-    Keras's CompileMetrics) flattened into their keys."""
-    out: dict[str, Any] = {}
-    for name, value in sorted((logs or {}).items()):
-        if isinstance(value, dict):
-            out.update(pythonify(value))
-            continue
-        array = value.numpy() if hasattr(value, "numpy") else value
-        size = getattr(array, "size", 1)
-        out[name] = float(array) if size == 1 else array.tolist()
-    return out
-
-
 def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> WindowFigures:
     """Read the window's accumulators (this syncs with the device); raise on a non-finite loss
     unless ``nan_raises`` is off (a TerminateOnNaN callback stops the run instead, as in Keras).
@@ -98,12 +85,12 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
     """
     wait, examples = 0.0, 0.0
     for first, stats in window.executions:
-        bad = int(float(stats["first_bad"]))
+        bad = int(float(stats.first_bad))
         if bad >= 0 and nan_raises:
-            _non_finite(window, at=first + bad + 1, logs=pythonify(stats["logs"]))
-        wait += float(stats["wait"])
-        examples += float(stats["examples"]) * workers
-    logs = pythonify(window.executions[-1][1]["logs"])
+            _non_finite(window, at=first + bad + 1, logs=pythonify(stats.logs))
+        wait += float(stats.wait)
+        examples += float(stats.examples) * workers
+    logs = pythonify(window.executions[-1][1].logs)
     if nan_raises and not all(math.isfinite(v) for v in logs.values() if isinstance(v, float)):
         _non_finite(window, at=None, logs=logs)
     # side-by-side executions wait in parallel: the share is of all workers' time
@@ -112,8 +99,8 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
     wall, timed, timed_examples, left_out = raw_wall, window.steps, examples, window.startup_wait
     if window.warm_up is not None:
         seconds, taken, stats = window.warm_up
-        wall, timed, left_out = wall - seconds, timed - taken, float(stats["wait"])
-        timed_examples -= float(stats["examples"]) * workers
+        wall, timed, left_out = wall - seconds, timed - taken, float(stats.wait)
+        timed_examples -= float(stats.examples) * workers
     return WindowFigures(
         logs,
         window.steps,

@@ -76,7 +76,7 @@ from tfgpu.train.tuning.options import (
     Config,
     TuneOptions,
 )
-from tfgpu.train.tuning.result import TRIAL_COLUMNS, Tuning, short, trial_row
+from tfgpu.train.tuning.result import TRIAL_COLUMNS, Trial, Tuning, short, trial_row
 from tfgpu.train.tuning.tuner import Bench, DoesNotFit, Tuner, budget, decide, verdict
 
 __all__ = [
@@ -97,6 +97,7 @@ __all__ = [
     "Bench",
     "Config",
     "DoesNotFit",
+    "Trial",
     "TuneOptions",
     "Tuner",
     "Tuning",

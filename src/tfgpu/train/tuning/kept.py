@@ -12,7 +12,7 @@ from typing import Any
 
 from tfgpu.errors import ConfigError
 from tfgpu.train.tuning.options import FILE, KNOBS, POLICIES, Config
-from tfgpu.train.tuning.result import Tuning
+from tfgpu.train.tuning.result import Trial, Tuning
 
 
 def key_parts(
@@ -98,7 +98,7 @@ def read(path: str | Path) -> Tuning:
         seconds=0.0,
         choices=chosen,
         gains=saved.get("gains", {}),
-        trials=saved.get("trials", []),
+        trials=[Trial.from_dict(t) for t in saved.get("trials", [])],
         notes=list(saved.get("notes", [])),
         reused=str(path),
         key=saved.get("key", ""),

@@ -2,11 +2,38 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfgpu.train.tuning.options import ROUNDS
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One comparison ``Tuner.compare`` made: a knob's candidate against its rival, in paired
+    rounds. Typed until the JSON edge (``to_dict``, ``from_dict`` for a kept file)."""
+
+    knob: str
+    baseline: str  # the rival's label (``Config.label``)
+    candidate: str
+    baseline_examples_per_s: float  # medians of the rounds
+    candidate_examples_per_s: float
+    ratio: float  # the median of the rounds' candidate / baseline
+    spread: tuple[float, float]  # the lowest and highest ratio
+    rounds: int = ROUNDS
+    decision: str = ""  # take | drop | not decided ("" in files from before decisions were kept)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "spread": list(self.spread)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        """A trial as ``to_dict`` wrote it (a kept tuning's file, a result's JSON)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        return cls(**{**known, "spread": tuple(data["spread"])})
 
 
 @dataclass
@@ -16,7 +43,7 @@ class Tuning:
     seconds: float
     choices: dict[str, Any]
     gains: dict[str, float | None]
-    trials: list[dict[str, Any]] = field(default_factory=list)
+    trials: list[Trial] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reused: str | None = None  # the file the choice was kept in, when it was reused
     key: str = ""
@@ -25,10 +52,10 @@ class Tuning:
     def before_after(self) -> tuple[float, float] | None:
         """Examples/s of the default and of the chosen configuration, from the trial that proved
         the choice (None when nothing was changed, or the choice was kept from an earlier run)."""
-        together = [t for t in self.trials if t["knob"] == "together"]
-        if not together or together[-1].get("decision", "take") != "take":
+        together = [t for t in self.trials if t.knob == "together"]
+        if not together or together[-1].decision not in ("take", ""):
             return None  # the default kept: its speed is the run's (a "31,087 -> 18,154" read as a loss)
-        return together[-1]["baseline_examples_per_s"], together[-1]["candidate_examples_per_s"]
+        return together[-1].baseline_examples_per_s, together[-1].candidate_examples_per_s
 
     def to_dict(self) -> dict[str, Any]:
         measured = self.before_after()
@@ -38,7 +65,7 @@ class Tuning:
             "seconds": round(self.seconds, 3),
             "choices": self.choices,
             "gains": {k: None if v is None else round(v, 3) for k, v in self.gains.items()},
-            "trials": self.trials,
+            "trials": [t.to_dict() for t in self.trials],
             "notes": self.notes,
             "reused": self.reused,
             "key": self.key,
@@ -88,21 +115,18 @@ def _merged_notes(notes: Sequence[str]) -> list[str]:
 TRIAL_COLUMNS = ("knob", "from", "to", "from ex/s", "to ex/s", "ratio", "spread")
 
 
-def trial_row(trial: dict[str, Any]) -> list[str]:
-    """One trial (``Tuner.compare``'s record) as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
-    low, high = trial["spread"]
-    rounds = trial.get("rounds", ROUNDS)
-    decision = {"take": "taken", "drop": "dropped", "not decided": "open"}.get(trial.get("decision", ""), "")
-    spread = f"{low:.2f}-{high:.2f} ({rounds}{', ' + decision if decision else ''})"
+def trial_row(trial: Trial) -> list[str]:
+    """One trial as the cells of ``TRIAL_COLUMNS``; K: steps per call."""
+    low, high = trial.spread
+    decision = {"take": "taken", "drop": "dropped", "not decided": "open"}.get(trial.decision, "")
+    spread = f"{low:.2f}-{high:.2f} ({trial.rounds}{', ' + decision if decision else ''})"
     return [
-        {"steps_per_execution": "K", "jit_compile": "XLA", "batch_size": "batch"}.get(
-            trial["knob"], trial["knob"]
-        ),
-        short(trial["baseline"]),
-        short(trial["candidate"]),
-        f"{trial['baseline_examples_per_s']:,.0f}",
-        f"{trial['candidate_examples_per_s']:,.0f}",
-        f"{trial['ratio']:.2f}x",
+        {"steps_per_execution": "K", "jit_compile": "XLA", "batch_size": "batch"}.get(trial.knob, trial.knob),
+        short(trial.baseline),
+        short(trial.candidate),
+        f"{trial.baseline_examples_per_s:,.0f}",
+        f"{trial.candidate_examples_per_s:,.0f}",
+        f"{trial.ratio:.2f}x",
         spread,
     ]
 

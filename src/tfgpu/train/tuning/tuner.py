@@ -29,7 +29,7 @@ from tfgpu.train.tuning.options import (
     Config,
     TuneOptions,
 )
-from tfgpu.train.tuning.result import short
+from tfgpu.train.tuning.result import Trial, short
 
 
 class DoesNotFit(Exception):
@@ -78,7 +78,7 @@ class Bench:
         seconds, _, outputs = execution.timed(execute, iterator, steps=steps, per_call=k)
         if not execution.examples(outputs):  # the data ended in the untimed call: time a fresh pass
             seconds, _, outputs = execution.timed(execute, self.iterator(config), steps=steps, per_call=k)
-        logs = outputs[-1]["logs"]
+        logs = outputs[-1].logs
         loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
         self.examples_per_step = execution.examples(outputs) / (len(outputs) * k)
         return execution.examples(outputs) / max(seconds, 1e-9), loss
@@ -153,7 +153,7 @@ class Tuner:
         self.bench, self.model, self.options, self.default, self.batch = bench, model, options, default, batch
         self.run_steps, self.fixed_steps, self.refused = run_steps, fixed_steps, dict(refused or {})
         self.policy, self.replicas, self.clock = policy, replicas, clock
-        self.trials: list[dict[str, Any]] = []
+        self.trials: list[Trial] = []
         self.notes: list[str] = []
         self.examples, self.round_s, self.per_step = float(batch), 0.0, float(batch)
 
@@ -216,17 +216,17 @@ class Tuner:
                 f"({statistics.median(ratios):.2f}x, {min(ratios):.2f}-{max(ratios):.2f}): {short(a.label())} kept"
             )
         self.trials.append(
-            {
-                "knob": knob,
-                "baseline": a.label(),
-                "candidate": b.label(),
-                "baseline_examples_per_s": round(statistics.median(rates_a), 1),
-                "candidate_examples_per_s": round(statistics.median(rates_b), 1),
-                "ratio": round(statistics.median(ratios), 3),
-                "spread": [round(min(ratios), 3), round(max(ratios), 3)],
-                "rounds": len(ratios),
-                "decision": decision,
-            }
+            Trial(
+                knob=knob,
+                baseline=a.label(),
+                candidate=b.label(),
+                baseline_examples_per_s=round(statistics.median(rates_a), 1),
+                candidate_examples_per_s=round(statistics.median(rates_b), 1),
+                ratio=round(statistics.median(ratios), 3),
+                spread=(round(min(ratios), 3), round(max(ratios), 3)),
+                rounds=len(ratios),
+                decision=decision,
+            )
         )
         self.round_s = (self.clock() - started) / len(ratios)
         return ratios
@@ -294,7 +294,7 @@ class Tuner:
         ratios = self.compare("together", self.default, chosen)
         if decide(ratios):
             return True
-        if self.trials[-1]["decision"] != "not decided":  # that one says so already
+        if self.trials[-1].decision != "not decided":  # that one says so already
             self.notes.append(
                 f"{chosen.label()} did not beat the default together ({statistics.median(ratios):.2f}x): default kept"
             )
