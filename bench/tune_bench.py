@@ -142,16 +142,10 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     the median: the grid's best read from single timings is the largest of 24 noisy figures,
     which flatters it; paired against the tuned choice it is measured as the tuner measures."""
     from tfgpu.train import execution, tuning
+    from tfgpu.train.tuning.session import Session
 
     trainer = trainer_for(model, data, batch)
-    source = trainer.setup.train
-    bench = tuning.Bench(
-        iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-        execution=lambda c: execution.compiled(
-            trainer.setup.model, trainer.setup.strategy, jit_compile=c.jit_compile
-        ),
-        max_steps=lambda c: source.steps_per_epoch or source.known_length(),
-    )
+    bench = Session(trainer.setup, options=trainer.options)  # the tuner's measurements on the run
     rows = trainer.global_batch
     rates, started = {}, time.perf_counter()
     with execution.restored(trainer.model):

@@ -36,6 +36,7 @@ def child(cpu: int) -> dict:
 
     import tfgpu
     from tfgpu.train import execution, tuning
+    from tfgpu.train.tuning.session import Session
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(ROWS, 64)).astype("float32"), rng.integers(0, 10, ROWS)
@@ -58,14 +59,7 @@ def child(cpu: int) -> dict:
 
     probe = compiled()
     trainer = trainer_for(probe, (x, y), BATCH)
-    source = trainer.setup.train
-    bench = tuning.Bench(
-        iterator=lambda c: source.trial_iterator(tuning.input_options() if c.input else None),
-        execution=lambda c: execution.compiled(
-            trainer.setup.model, trainer.setup.strategy, jit_compile=c.jit_compile
-        ),
-        max_steps=lambda c: source.steps_per_epoch,
-    )
+    bench = Session(trainer.setup, options=trainer.options)  # the tuner's measurements on the run
     measure = tuning.Tuner(
         bench,
         model=None,

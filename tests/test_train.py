@@ -529,3 +529,15 @@ def test_cli_bad_input_is_one_message(tmp_path):
         assert "Traceback" not in result.stderr, (name, result.stderr[-1500:])
         for needle in needles:
             assert needle in result.stderr, (name, flags, needle, result.stderr[-1500:])
+
+
+def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
+    """NVML's sampler thread starts only where a replica may run on a GPU: not here, even asked."""
+    from tfgpu.train import windows
+
+    def no_monitor():
+        raise AssertionError("a GPU sampler was started for a run on CPUs")
+
+    monkeypatch.setattr(windows, "Monitor", no_monitor)
+    result = tfgpu.Trainer(make_task(GLOBAL), strategy=strategy(1), monitor_gpus=True).fit(steps=2)
+    assert result.gpu_utilization == []

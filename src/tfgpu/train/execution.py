@@ -380,6 +380,33 @@ def timed(
     return time.perf_counter() - start, starts, outputs
 
 
+def rate(
+    execute: Callable[[Any, Any], Executed],
+    fresh: Callable[[], Any],
+    *,
+    per_call: int,
+    steps: int,
+    max_steps: int | None,
+) -> tuple[float, float, float]:
+    """(examples/s, the last call's loss, examples a step) of ``steps`` steps (whole calls of
+    ``per_call``, never more than ``max_steps`` less one call) from ``fresh()``'s iterator,
+    after one untimed call (tracing, the pipeline's first fill): how tuning times a
+    configuration, the loop's own calls."""
+    k = per_call
+    steps = max(k, steps // k * k)
+    if max_steps is not None:
+        steps = max(k, min(steps, (max_steps - k) // k * k))
+    iterator = fresh()
+    timed(execute, iterator, steps=k, per_call=k)
+    seconds, _, outputs = timed(execute, iterator, steps=steps, per_call=k)
+    if not examples(outputs):  # the data ended in the untimed call: time a fresh pass
+        seconds, _, outputs = timed(execute, fresh(), steps=steps, per_call=k)
+    logs = outputs[-1].logs
+    loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
+    rows = examples(outputs)
+    return rows / max(seconds, 1e-9), loss, rows / (len(outputs) * k)
+
+
 def examples(outputs: list[Executed]) -> float:
     """The rows the calls trained on (this worker's replicas)."""
     return float(sum(float(o.examples) for o in outputs))

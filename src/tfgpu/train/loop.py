@@ -232,6 +232,7 @@ class Loop:
             on_progress=self.on_progress,
             save=self.save,
             workers=self.setup.pipelines,
+            monitor=self.setup.on_gpus,
         )
         # with TerminateOnNaN the user asked for Keras's way: stop, do not raise
         run.nan_raises = not any(isinstance(c, keras.callbacks.TerminateOnNaN) for c in callbacks.callbacks)

@@ -112,6 +112,15 @@ class Setup:
         return sum(len(self.cluster.cluster.get(r, ())) for r in ("chief", "worker"))
 
     @property
+    def on_gpus(self) -> bool:
+        """Whether the replicas may run on GPUs (False only when every one is on a CPU: a run
+        there has no GPU to sample); a strategy whose devices cannot be listed counts as True."""
+        try:
+            return not distribute.on_host_cpu(distribute.replica_devices(self.strategy)[0])
+        except Exception:  # a strategy kind without worker devices: sample as before
+            return True
+
+    @property
     def parameter_server(self) -> bool:
         return distribute.is_parameter_server(self.strategy)
 

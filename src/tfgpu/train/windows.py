@@ -142,6 +142,7 @@ class RunLog:
         on_progress: Callable[[Progress], None] | None,
         save: Callable[[int, dict[str, Any]], Any],
         workers: int = 1,
+        monitor: bool = True,
     ) -> None:
         self.options, self.global_batch, self.is_chief = options, global_batch, is_chief
         self.workers = workers
@@ -159,7 +160,8 @@ class RunLog:
         self.logs: dict[str, Any] = {}  # the last window's
         self.started = time.perf_counter()
         self.writer = _summary_writer(options.log_dir) if is_chief else None
-        self.monitor = Monitor() if options.monitor_gpus else None
+        # GPU utilization sampled (NVML) when asked and the replicas run on GPUs
+        self.monitor = Monitor() if options.monitor_gpus and monitor else None
         # warm-up, apart from the steady state: the first call (tracing), each epoch's first fetch,
         # and epochs marked warm (one that fills a cache)
         self.tracing_s = 0.0

@@ -77,7 +77,7 @@ from tfgpu.train.tuning.options import (
     TuneOptions,
 )
 from tfgpu.train.tuning.result import TRIAL_COLUMNS, Trial, Tuning, short, trial_row
-from tfgpu.train.tuning.tuner import Bench, DoesNotFit, Tuner, budget, decide, verdict
+from tfgpu.train.tuning.tuner import DoesNotFit, Measures, Tuner, budget, decide, verdict
 
 __all__ = [
     "ALL_KNOBS",
@@ -94,9 +94,9 @@ __all__ = [
     "ROUNDS",
     "STEPS",
     "TRIAL_COLUMNS",
-    "Bench",
     "Config",
     "DoesNotFit",
+    "Measures",
     "Trial",
     "TuneOptions",
     "Tuner",

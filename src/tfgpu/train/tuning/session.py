@@ -18,7 +18,7 @@ from tfgpu.train.setup import Setup
 from tfgpu.train.tuning import kept
 from tfgpu.train.tuning.options import Config, TuneOptions
 from tfgpu.train.tuning.result import Tuning
-from tfgpu.train.tuning.tuner import Bench, Tuner
+from tfgpu.train.tuning.tuner import DoesNotFit, Tuner, first_line
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class Session:
         self.tune = options.tune or TuneOptions()
         self._copies: dict[tuple[int, str | None], tuple[Any, Any]] = {}
         self._setups: dict[SetupKey, Setup] = {}
+        self.examples_per_step: float | None = None  # the last measurement's (``rate``)
 
     @property
     def untuned(self) -> Config:
@@ -72,7 +73,7 @@ class Session:
             "batch_size": self.setup.batch_refused(),
         }
         tuner = Tuner(
-            self.bench(),
+            self,
             model=self.setup.model,
             options=self.tune,
             default=self.untuned,
@@ -89,21 +90,32 @@ class Session:
         notes = ([why] if why else []) + tuner.notes
         return Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes)
 
-    def bench(self) -> Bench:
-        """How the tuner runs a configuration: on the setup it trains in, from a fresh iterator."""
+    # -- the tuner's measurements (``tuner.Measures``), on the setup each configuration trains in --
+    def rate(self, config: Config, steps: int) -> tuple[float, float]:
+        """(examples/s, the last call's loss) of ``steps`` steps of ``config``: its compiled
+        step (its setup's model and strategy, XLA as it asks), as the loop runs it, from a fresh
+        iterator of its input. Out of device memory: ``DoesNotFit``."""
+        import tensorflow as tf
+
         from tfgpu.train.tuning.kept import input_options
 
-        return Bench(
-            iterator=lambda c: self.setup_for(c).train.trial_iterator(input_options() if c.input else None),
-            execution=self._compiled,
-            max_steps=self._max_steps,
-            model=lambda c: self.setup_for(c).model,
-        )
-
-    def _compiled(self, config: Config) -> Any:
-        """The compiled step ``config`` runs (its setup's model and strategy), as the loop runs it."""
         setup = self.setup_for(config)
-        return execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile)
+        execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile)
+        options = input_options() if config.input else None
+        try:
+            found, loss, self.examples_per_step = execution.rate(
+                execute,
+                lambda: setup.train.trial_iterator(options),
+                per_call=config.steps_per_execution,
+                steps=steps,
+                max_steps=self.max_steps(config),
+            )
+        except tf.errors.ResourceExhaustedError as exc:
+            raise DoesNotFit(first_line(exc)) from None
+        return found, loss
+
+    def model(self, config: Config) -> Any:
+        return self.setup_for(config).model
 
     def saved(self, path: str) -> tuple[Tuning, Config]:
         """A saved tuning's choice (``tfgpu train --config``), less what this run cannot train
@@ -180,7 +192,7 @@ class Session:
             self._copies[devices, policy] = self.setup.copy_for(devices=devices, policy=policy)
         return self._copies[devices, policy]
 
-    def _max_steps(self, config: Config) -> int | None:
+    def max_steps(self, config: Config) -> int | None:
         """The steps one pass over the data gives in ``config``'s batch (0: not one batch)."""
         from tfgpu.errors import ConfigError
 

@@ -1,5 +1,6 @@
-"""The measurement: ``Bench`` runs a configuration, ``Tuner`` compares them in paired rounds and
-chooses (the rules: ``tfgpu.train.tuning``'s docstring)."""
+"""The measurement: ``Tuner`` compares configurations in paired rounds, timed through a
+``Measures`` (the run: ``tuning.session``), and chooses (the rules: ``tfgpu.train.tuning``'s
+docstring)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from tfgpu.errors import ConfigError
 from tfgpu.train.tuning.options import (
@@ -33,55 +34,24 @@ from tfgpu.train.tuning.result import Trial, short
 
 
 class DoesNotFit(Exception):
-    """A trial configuration ran out of device memory (``Bench.rate`` raises it)."""
+    """A trial configuration ran out of device memory (``Measures.rate`` raises it)."""
 
 
-class Bench:
-    """How to run a configuration: ``iterator(config)`` a fresh iterator of the training data (in
-    ``config.batch``, with the input options when ``config.input``), ``execution(config)`` the
-    compiled execution (with XLA when ``config.jit_compile``, on the model copy ``config.precision``
-    or ``config.devices`` asks for), ``max_steps(config)`` the steps an iterator gives at most
-    (None: unbounded), ``model(config)`` the model that configuration trains."""
+class Measures(Protocol):
+    """What the tuner needs of a run: ``rate(config, steps)`` times ``steps`` steps of
+    ``config`` (examples/s and the last call's loss; ``DoesNotFit`` out of device memory),
+    ``max_steps(config)`` the steps one pass of its data gives (None: unbounded),
+    ``model(config)`` the model it trains (None: the run's), and ``examples_per_step`` the last
+    measurement's rows a step (a Dataset's own batch; None before one). ``tuning.session``
+    implements it on the run itself, through ``execution.rate``; the tests, on a fake clock."""
 
-    def __init__(
-        self,
-        *,
-        iterator: Callable[[Config], Any],
-        execution: Callable[[Config], Any],
-        max_steps: Callable[[Config], int | None],
-        model: Callable[[Config], Any] = lambda config: None,
-    ) -> None:
-        self.iterator, self.execution, self.max_steps, self.model = iterator, execution, max_steps, model
-        self.examples_per_step: float | None = None  # the last measurement's: a Dataset's own batch
+    examples_per_step: float | None
 
-    def rate(self, config: Config, steps: int) -> tuple[float, float]:
-        """(examples/s, the last call's loss) over ``steps`` steps of ``config`` from a fresh
-        iterator, after one untimed call (tracing, the pipeline's first fill). Out of device
-        memory: ``DoesNotFit``."""
-        import tensorflow as tf
+    def rate(self, config: Config, steps: int) -> tuple[float, float]: ...
 
-        try:
-            return self._rate(config, steps)
-        except tf.errors.ResourceExhaustedError as exc:
-            raise DoesNotFit(_first_line(exc)) from None
+    def max_steps(self, config: Config) -> int | None: ...
 
-    def _rate(self, config: Config, steps: int) -> tuple[float, float]:
-        from tfgpu.train import execution
-
-        k = config.steps_per_execution
-        steps = max(k, steps // k * k)
-        limit = self.max_steps(config)
-        if limit is not None:
-            steps = max(k, min(steps, (limit - k) // k * k))
-        iterator, execute = self.iterator(config), self.execution(config)
-        execution.timed(execute, iterator, steps=k, per_call=k)
-        seconds, _, outputs = execution.timed(execute, iterator, steps=steps, per_call=k)
-        if not execution.examples(outputs):  # the data ended in the untimed call: time a fresh pass
-            seconds, _, outputs = execution.timed(execute, self.iterator(config), steps=steps, per_call=k)
-        logs = outputs[-1].logs
-        loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
-        self.examples_per_step = execution.examples(outputs) / (len(outputs) * k)
-        return execution.examples(outputs) / max(seconds, 1e-9), loss
+    def model(self, config: Config) -> Any: ...
 
 
 def verdict(ratios: Sequence[float], *, gain: float = MIN_GAIN) -> str:
@@ -137,7 +107,7 @@ class Tuner:
 
     def __init__(
         self,
-        bench: Bench,
+        bench: Measures,
         *,
         model: Any,
         options: TuneOptions,
@@ -330,7 +300,7 @@ class Tuner:
         try:
             self.bench.rate(candidate, candidate.steps_per_execution)
         except Exception as exc:  # XLA refuses the model: say which op, keep the step as it is
-            self.notes.append(f"XLA cannot compile this step ({_first_line(exc)})")
+            self.notes.append(f"XLA cannot compile this step ({first_line(exc)})")
             return base, None
         return self._checked("jit_compile", base, candidate, rtol=LOSS_RTOL, what="XLA")
 
@@ -342,7 +312,7 @@ class Tuner:
         try:
             self.bench.rate(candidate, candidate.steps_per_execution)
         except Exception as exc:  # a layer the policy cannot build: float32 kept, said
-            self.notes.append(f"{self.policy} cannot run this model ({_first_line(exc)})")
+            self.notes.append(f"{self.policy} cannot run this model ({first_line(exc)})")
             return base, None
         return self._checked("precision", base, candidate, rtol=PRECISION_RTOL, what=self.policy)
 
@@ -403,7 +373,7 @@ class Tuner:
             self.notes.append("one device not tried: the global batch does not fit on one")
             return base, None
         except Exception as exc:  # Keras cannot copy the model (a subclass without get_config): said
-            why = exc.what if isinstance(exc, ConfigError) else _first_line(exc)
+            why = exc.what if isinstance(exc, ConfigError) else first_line(exc)
             self.notes.append(f"one device not tried: {why[0].lower() + why[1:]}")
             return base, None
         ratios = self.compare("devices", base, candidate)
@@ -442,7 +412,7 @@ class Tuner:
         return ok, f"{b:.6g} with {what}, {a:.6g} without"
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     for line in text:
         if "XLA" in line or "op" in line.lower():
