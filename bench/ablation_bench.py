@@ -21,7 +21,7 @@ Models as ``gpu_bench.py``: CNN 64x64x3 batch 256, MLP 256-2048-2048-10 batch 10
 shrinks them to check the script on a CPU, the default there (``--full`` for full sizes).
 
 Run: make bench-ablation  (or .venv/bin/python bench/ablation_bench.py [--repeats 3] [--small |
---full] [--models cnn,mlp])
+--full] [--models cnn,mlp] [--pin])
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def execution_run(
 
     def run() -> int:
         for _ in range(EPOCHS):
-            int(execute(iter(distributed), limit)["steps"])
+            int(execute(iter(distributed), limit).steps)
         return EPOCHS * steps * batch
 
     return run, nodes(execute, iter(distributed), limit)
@@ -137,7 +137,10 @@ def main() -> None:
     parser.add_argument("--small", action="store_true", help="tiny sizes (the default without a GPU)")
     parser.add_argument("--full", action="store_true", help="full sizes without a GPU too (slow on a CPU)")
     parser.add_argument("--models", default="cnn,mlp")
+    parser.add_argument("--pin", action="store_true", help="run on one core (this VM's noise is lower there)")
     args = parser.parse_args()
+    if args.pin:
+        os.sched_setaffinity(0, {0})
     gpus = tf.config.list_logical_devices("GPU")
     device = gpus[0].name if gpus else "/cpu:0"
     strategy = tf.distribute.OneDeviceStrategy(device)

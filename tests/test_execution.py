@@ -61,3 +61,22 @@ def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_o
     # the metrics run over the calls, as over Keras's epoch
     np.testing.assert_allclose(float(outputs[2].logs["loss"]), history["loss"][0], rtol=1e-5)
     np.testing.assert_allclose(float(outputs[2].logs["mae"]), history["mae"][0], rtol=1e-5)
+
+
+def test_the_lean_execution_takes_no_timestamp_inside_its_loop():
+    """``execution.LEAN`` (the loop's unmeasured windows) has only the first fetch's two
+    timestamps, before any step: nothing in its loop body waits on a step's ops or state."""
+    x, y = linear_data(16)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    strategy = tf.distribute.get_strategy()
+
+    def timestamps(extras):
+        model = compiled()
+        model_setup.build(model, strategy, dataset.element_spec)
+        execute = execution.train_execution(strategy, model, jit_compile=False, extras=extras)
+        graph = execute.get_concrete_function(iter(dataset), execution.limit(2)).graph.as_graph_def()
+        ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+        return ops.count("Timestamp")
+
+    assert timestamps(execution.LEAN) == 2
+    assert timestamps(execution.ALL) > 2
