@@ -23,16 +23,19 @@ class Verdict:
     input_wait_fraction: float
     host_overhead_fraction: float
     # the cut-off a figure is within the measurement's noise of, as "5% input wait": the verdict
-    # on its other side is as likely, and is said rather than a verdict that flips between runs
+    # on its other side is as likely, so both are said, the same words on either side of the
+    # line, rather than a verdict that flips between runs
     borderline: str | None = None
 
     def sentence(self) -> str:
-        return self._main() + (
-            f"; on the {self.borderline} line, within the noise" if self.borderline else ""
-        )
-
-    def _main(self) -> str:
         share = f"{self.input_wait_fraction:.0%} of step time waiting for input"
+        if self.borderline is not None:
+            figure = (
+                f"{self.host_overhead_fraction:.0%} of step time is per-step overhead ({share})"
+                if "overhead" in self.borderline
+                else share
+            )
+            return f"{_SIDES[self.borderline]} (on the {self.borderline} line, within the noise): {figure}"
         if self.input_bound != "no":
             return f"{self.input_bound.upper()} input-bound: {share}"
         if self.bottleneck == "host":
@@ -40,6 +43,13 @@ class Verdict:
                 f"host-bound: {self.host_overhead_fraction:.0%} of step time is per-step overhead ({share})"
             )
         return f"device-bound (not input-bound): {share}"
+
+
+_SIDES = {
+    f"{MODERATELY_INPUT_BOUND:.0%} input wait": "device-bound or MODERATELY input-bound",
+    f"{HIGHLY_INPUT_BOUND:.0%} input wait": "MODERATELY or HIGHLY input-bound",
+    f"{HIGHLY_HOST_BOUND:.0%} per-step overhead": "device-bound or host-bound",
+}
 
 
 def input_bound(fraction: float) -> str:
