@@ -541,3 +541,15 @@ def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
     monkeypatch.setattr(windows, "Monitor", no_monitor)
     result = tfgpu.Trainer(make_task(GLOBAL), strategy=strategy(1), monitor_gpus=True).fit(steps=2)
     assert result.gpu_utilization == []
+
+
+def test_the_lean_step_s_first_call_is_warm_up_as_the_measured_one_s_is():
+    """Each window one call: the first traces the measured step, the second measures the wait,
+    the third traces the lean one (warm-up, left out of the steady state), the fourth is lean."""
+    trainer = tfgpu.Trainer(
+        make_task(GLOBAL), strategy=strategy(1), monitor_gpus=False, log_every=4, steps_per_execution=4
+    )
+    result = trainer.fit(steps=16)
+    assert [p["warm_up"] for p in result.timeline] == [True, False, True, False]
+    assert [p["input_wait"] is None for p in result.timeline] == [False, False, True, True]
+    assert result.steady["steps"] == 8  # the two timed windows

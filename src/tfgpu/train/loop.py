@@ -128,7 +128,9 @@ class Loop:
         self.checkpoints: Checkpoints | None = None
         self.resumed_from: str | None = None
         self.epochs_kept: list[dict[str, Any]] = []  # each finished epoch's logs (Checkpoints.save_history)
-        self.warm = False  # the training function has run once (traced and instantiated)
+        # the compiled functions called once (traced and instantiated): a window's measured one
+        # and the lean one each pay that on their first call, which is warm-up
+        self.warmed: set[Any] = set()
         self.last: execution.Executed | None = None  # the last execution's accumulators
         if options.checkpoint_dir:
             self._checkpointed()
@@ -374,17 +376,19 @@ class EpochLoop(Loop):
             if batch_hooks:
                 callbacks.on_train_batch_begin(begin)
             called = time.perf_counter()
-            stats = self._dispatch(self._execution(measured=window.measured), iterator, limit)
+            execute = self._execution(measured=window.measured)
+            stats = self._dispatch(execute, iterator, limit)
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
             taken = limit if self.setup.train.arrays_given else int(stats.steps)
-            warm_up = None if self.warm else time.perf_counter() - called
+            warm_up = None if execute in self.warmed else time.perf_counter() - called
             if taken:
                 window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
                 self.last = stats
                 if batch_hooks:
                     callbacks.on_train_batch_end(begin + taken - 1, stats.logs)
-            epoch_start, self.warm = False, True
+            epoch_start = False
+            self.warmed.add(execute)
             counters.advance(taken)
             ended = taken < limit or counters.epoch_step == per_epoch
             if ended or self.at_boundary() or counters.step == steps or self.model.stop_training:
