@@ -38,7 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf
 from _common import interleaved_rates, save, table
 from _loops import bare_loop, compiled
-from gpu_bench import EPOCHS, arrays, cnn, mlp, with_busy
+from gpu_bench import EPOCHS, bench_models, with_busy
 
 import tfgpu
 from tfgpu import distribute
@@ -145,18 +145,7 @@ def main() -> None:
     device = gpus[0].name if gpus else "/cpu:0"
     strategy = tf.distribute.OneDeviceStrategy(device)
     small = args.small or (not gpus and not args.full)
-    models = {
-        "cnn": (
-            cnn(16 if small else 64, 8 if small else 64),
-            32 if small else 256,
-            arrays(256 if small else 8192, (16, 16, 3) if small else (64, 64, 3)),
-        ),
-        "mlp": (
-            mlp(256, 64 if small else 2048),
-            64 if small else 1024,
-            arrays(1024 if small else 65536, (256,)),
-        ),
-    }
+    models = bench_models(small=small)
     runs: dict[str, Callable[[], int]] = {}
     counts: dict[str, int | None] = {}
     for name in args.models.split(","):

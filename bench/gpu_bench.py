@@ -65,6 +65,23 @@ def mlp(inputs: int, width: int) -> Callable[[], Any]:
     return build
 
 
+def bench_models(*, small: bool) -> dict[str, tuple[Callable[[], Any], int, tuple[np.ndarray, np.ndarray]]]:
+    """The GPU benches' two models, (build, batch, (x, y)) each: the CNN 64x64x3 at batch 256 on
+    8,192 rows and the MLP 256-2048-2048-10 at batch 1024 on 65,536; ``small``: tiny sizes."""
+    return {
+        "cnn": (
+            cnn(16 if small else 64, 8 if small else 64),
+            32 if small else 256,
+            arrays(256 if small else 8192, (16, 16, 3) if small else (64, 64, 3)),
+        ),
+        "mlp": (
+            mlp(256, 64 if small else 2048),
+            64 if small else 1024,
+            arrays(1024 if small else 65536, (256,)),
+        ),
+    }
+
+
 def arrays(rows: int, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(rows, *shape)).astype("float32")
@@ -97,18 +114,7 @@ def main() -> None:
     device = gpus[0].name if gpus else "/cpu:0"
     one = tf.distribute.OneDeviceStrategy(device)
     small = args.small
-    models = {
-        "cnn": (
-            cnn(16 if small else 64, 8 if small else 64),
-            32 if small else 256,
-            arrays(256 if small else 8192, (16, 16, 3) if small else (64, 64, 3)),
-        ),
-        "mlp": (
-            mlp(256, 64 if small else 2048),
-            64 if small else 1024,
-            arrays(1024 if small else 65536, (256,)),
-        ),
-    }
+    models = bench_models(small=small)
     variants: dict[str, Callable[[], int]] = {}
     for name, (build, batch, (x, y)) in models.items():
         common = (one, build, batch, x, y)
