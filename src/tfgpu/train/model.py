@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import weakref
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
     from tfgpu.train.task import Task
 
 log = logging.getLogger(__name__)
-
-_CHECKED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> element specs checked
 
 
 def from_task(task: Task) -> Any:
@@ -137,12 +134,9 @@ def placed(model: Any, strategy: Any = None, *, choose: Callable[[], Any] | None
     return strategy, recreate(model, strategy)
 
 
-_REHOMED: weakref.WeakSet = weakref.WeakSet()  # models tfgpu moved into a strategy (may move again)
-
-
 def rehomed(model: Any) -> bool:
     """True when tfgpu moved ``model`` into a strategy (``rehome``): it may move it again."""
-    return model in _REHOMED
+    return model_cache.rehomed(model)
 
 
 @functools.cache
@@ -198,7 +192,7 @@ def rehome(model: Any, strategy: Any) -> Any:
         model_cache.forget(model)
     for inner in optimizers_of(held):
         inner._distribution_strategy = strategy
-    _REHOMED.add(model)
+    model_cache.mark_rehomed(model)
     choices.record(
         "model",
         f"moved into {type(strategy).__name__}'s scope",
@@ -614,11 +608,11 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
             if not _built(model):
                 _symbolic_build(model, element_spec)
                 _build_step_optimizers(model, strategy, element_spec)
-            elif str(element_spec) not in _CHECKED.setdefault(model, set()):
+            elif not model_cache.checked(model, str(element_spec)):
                 # built already (trained before, or for other data): the labels still must fit;
                 # once per model and data structure (the check traces the model: tens of ms)
                 _check_loss(model, element_spec)
-        _CHECKED.setdefault(model, set()).add(str(element_spec))
+        model_cache.mark_checked(model, str(element_spec))
     except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
         raise _build_error(model, strategy, element_spec, exc) from None
 

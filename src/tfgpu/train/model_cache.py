@@ -9,6 +9,8 @@ compiled state changes: a re-compile (a new optimizer, loss or metrics), a ``tra
 changed (the transfer-learning guide's second phase), a remat mode set for a run. Before this
 module, four registries across ``model``, ``split``, ``execution`` and the Trainer each kept part
 of it, and ``model``, ``execution`` and ``remat`` imported each other in a cycle to reach them.
+The marks ``model`` leaves on a model (re-homed; the data structures its loss was checked
+against) are fields here too.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ class _Entry:
     state: tuple[Any, ...]  # the compiled state the functions were made for
     functions: dict[Any, Any] = field(default_factory=dict)
     copies: dict[Any, list[Any]] = field(default_factory=dict)  # key -> [copy, state it follows]
+    # the data structures whose labels the compiled loss was checked against (``model.build``)
+    checked: set[str] = field(default_factory=set)
+    rehomed: bool = False  # tfgpu moved the model into a strategy's scope (it may move it again)
 
 
 ATTRIBUTE = "_tfgpu_cache"  # on the model itself, as Keras keeps train_function there
@@ -62,8 +67,8 @@ def _entry(model: Any) -> _Entry:
     if entry is None:
         entry = _Entry(state)
         object.__setattr__(model, ATTRIBUTE, entry)  # past Keras's attribute tracking
-    elif not same_state(entry.state, state):
-        entry.state, entry.functions = state, {}
+    elif not same_state(entry.state, state):  # a new loss checks the labels again
+        entry.state, entry.functions, entry.checked = state, {}, set()
     return entry
 
 
@@ -84,6 +89,26 @@ def function(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
     if key not in functions:
         functions[key] = make()
     return functions[key]
+
+
+def checked(model: Any, spec: str) -> bool:
+    """Whether the compiled loss was checked against data of structure ``spec`` (``model.build``:
+    the check traces the model, tens of ms, so once per model, compiled state and structure)."""
+    return spec in _entry(model).checked
+
+
+def mark_checked(model: Any, spec: str) -> None:
+    _entry(model).checked.add(spec)
+
+
+def rehomed(model: Any) -> bool:
+    """True when tfgpu moved ``model`` into a strategy (``model.rehome``): it may move it again."""
+    entry = _kept(model)
+    return entry is not None and entry.rehomed
+
+
+def mark_rehomed(model: Any) -> None:
+    _entry(model).rehomed = True
 
 
 def functions(model: Any) -> dict[Any, Any]:
