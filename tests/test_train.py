@@ -543,13 +543,19 @@ def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
     assert result.gpu_utilization == []
 
 
-def test_the_lean_step_s_first_call_is_warm_up_as_the_measured_one_s_is():
+def test_the_lean_step_s_first_call_is_warm_up_and_one_window_in_ten_is_measured():
     """Each window one call: the first traces the measured step, the second measures the wait,
-    the third traces the lean one (warm-up, left out of the steady state), the fourth is lean."""
+    the third traces the lean one (warm-up, left out of the steady state), the rest are lean but
+    for one window in ``MEASURE_EVERY`` (the eleventh, after ten closed), whatever epoch it is in."""
+    from tfgpu.train.windows import MEASURE_EVERY
+
     trainer = tfgpu.Trainer(
         make_task(GLOBAL), strategy=strategy(1), monitor_gpus=False, log_every=4, steps_per_execution=4
     )
-    result = trainer.fit(steps=16)
-    assert [p["warm_up"] for p in result.timeline] == [True, False, True, False]
-    assert [p["input_wait"] is None for p in result.timeline] == [False, False, True, True]
-    assert result.steady["steps"] == 8  # the two timed windows
+    result = trainer.fit(steps=48)
+    assert MEASURE_EVERY == 10
+    windows = len(result.timeline)  # 12, and one more where the 41-step epoch ends
+    assert [p["warm_up"] for p in result.timeline] == [True, False, True] + [False] * (windows - 3)
+    measured = [p["input_wait"] is not None for p in result.timeline]
+    assert measured == [i in (0, 1, 10) for i in range(windows)]
+    assert result.steady["steps"] == 40  # every window but the two that traced

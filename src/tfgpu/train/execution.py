@@ -181,8 +181,9 @@ class StepLogs:
 @dataclass(frozen=True)
 class Extras:
     """What a training execution does on each step besides the model's own step. The loop runs
-    them all (``ALL``) in the windows that measure the input wait and ``LEAN`` (no wait
-    timestamps, whose control dependencies tie the host to every step) in the rest
+    them all (``ALL``) in the windows that measure the input wait (the first past the warm-up,
+    then one in ten) and ``LEAN`` (no wait timestamps, whose control dependencies tie the host
+    to every step) in the rest
     (``windows.RunLog.measures``); ``bench/ablation_bench.py`` switches each off to price it on
     the device (issue 54), so what it measures is this function, not a copy of it.
 
