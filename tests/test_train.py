@@ -114,10 +114,8 @@ def test_measures_and_reports_like_diagnose(single):
     assert data_["examples_per_s"] > 0 and [p["step"] for p in data_["timeline"]] == [STEPS]
     _trainer, result = train(1, log_every=5, steps_per_execution=2)
     assert [p["step"] for p in result.timeline] == [5, 10, 12]
-    # measured until a window times steps outside the warm-up (the first one's first call traced,
-    # its second and third were timed): the rest ran without the timestamps and say None
-    waits = [p["input_wait"] for p in result.timeline]
-    assert 0.0 <= waits[0] <= 1.0 and waits[1:] == [None, None]
+    # a run this short is measured throughout: a lean step would trace for one window of two
+    assert all(0.0 <= p["input_wait"] <= 1.0 for p in result.timeline)
 
 
 def test_epochs_history_and_tensorboard(tmp_path):
@@ -474,9 +472,7 @@ def test_input_wait_is_measured_inside_the_graph():
     # 25 ms per batch of a tiny model (SLOW_S unset)
     result = tfgpu.Trainer(slow_task(), strategy=strategy(1), monitor_gpus=False, log_every=5).fit(steps=15)
     assert result.input_wait_fraction > 0.5 and result.verdict.input_bound == "highly"
-    # the first window traced the step, the second measured the wait, the third ran without
-    # the timestamps (``execution.LEAN``) and says no wait of its own
-    assert result.timeline[1]["input_wait"] > 0.5 and result.timeline[2]["input_wait"] is None
+    assert all(p["input_wait"] > 0.5 for p in result.timeline[1:])  # the first one traced the step
 
 
 def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single, monkeypatch):
@@ -546,7 +542,8 @@ def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
 def test_the_lean_step_s_first_call_is_warm_up_and_one_window_in_ten_is_measured():
     """Each window one call: the first traces the measured step, the second measures the wait,
     the third traces the lean one (warm-up, left out of the steady state), the rest are lean but
-    for one window in ``MEASURE_EVERY`` (the eleventh, after ten closed), whatever epoch it is in."""
+    for one window in ``MEASURE_EVERY`` (the eleventh, after ten closed), whatever epoch it is in.
+    Ten windows were left after the second: enough to pay for the lean step's trace."""
     from tfgpu.train.windows import MEASURE_EVERY
 
     trainer = tfgpu.Trainer(

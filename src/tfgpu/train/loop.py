@@ -35,7 +35,7 @@ from tfgpu.train.checkpoints import Checkpoints
 from tfgpu.train.evaluation import evaluator_for
 from tfgpu.train.options import Progress, TrainOptions, TrainResult
 from tfgpu.train.setup import Setup, describe
-from tfgpu.train.windows import RunLog, Window
+from tfgpu.train.windows import MEASURE_EVERY, RunLog, Window
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +131,7 @@ class Loop:
         # the compiled functions called once (traced and instantiated): a window's measured one
         # and the lean one each pay that on their first call, which is warm-up
         self.warmed: set[Any] = set()
+        self.planned: int | None = None  # the steps this fit will take, when known
         self.last: execution.Executed | None = None  # the last execution's accumulators
         if options.checkpoint_dir:
             self._checkpointed()
@@ -327,6 +328,9 @@ class EpochLoop(Loop):
             choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
+        per_epoch = self.setup.train.epoch_length(self.counters.epoch)
+        left = (epochs - self.counters.epoch) * per_epoch if epochs and per_epoch else None
+        self.planned = steps if steps is not None else None if left is None else self.counters.step + left
         with self.run_log(steps, callbacks) as run:
             while self.counters.epoch < (epochs if epochs is not None else float("inf")):
                 if steps is not None and self.counters.step >= steps:
@@ -364,7 +368,7 @@ class EpochLoop(Loop):
         self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        window = Window(epoch, counters.step, measured=run.measures(epoch))
+        window = Window(epoch, counters.step, measured=self._measured(run, epoch))
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)
         while True:
@@ -393,7 +397,7 @@ class EpochLoop(Loop):
             ended = taken < limit or counters.epoch_step == per_epoch
             if ended or self.at_boundary() or counters.step == steps or self.model.stop_training:
                 run.close(window)
-                window = Window(epoch, counters.step, measured=run.measures(epoch))
+                window = Window(epoch, counters.step, measured=self._measured(run, epoch))
             if ended:
                 if counters.epoch_step == 0:
                     raise ConfigError(
@@ -404,6 +408,18 @@ class EpochLoop(Loop):
                 return True
             if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
+
+    def _measured(self, run: RunLog, epoch: int) -> bool:
+        """Whether the next window runs the measured step: when the run measures it
+        (``RunLog.measures``), and also when the lean step would trace just for a few windows
+        (a second trace costs a window of warm-up: worth it where ``MEASURE_EVERY`` windows or
+        more are left, or the run has had that many when its length is unknown)."""
+        if run.measures(epoch):
+            return True
+        if self._execution(measured=False) in self.warmed:
+            return False
+        left = None if self.planned is None else (self.planned - self.counters.step) / self.options.log_every
+        return (run.windows if left is None else left) < MEASURE_EVERY
 
     def _execution(self, *, measured: bool) -> Any:
         """The compiled step: with the input-wait timestamps for a measured window, without them
