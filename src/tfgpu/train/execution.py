@@ -215,7 +215,7 @@ def compiled(
     """``model``'s compiled "train" execution (with or without XLA, with ``extras``), "skip" or
     "metrics" function under ``strategy``, made once per model, strategy and compiled state
     (``train.model_cache``): the loop calls it as it is, and the tuner times it through
-    ``timed``. The key holds the strategy object (a freed one's id is reused)."""
+    ``rate``. The key holds the strategy object (a freed one's id is reused)."""
 
     def make() -> Any:
         if name == "skip":

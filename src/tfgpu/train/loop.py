@@ -368,7 +368,10 @@ class EpochLoop(Loop):
         self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        window = Window(epoch, counters.step, measured=self._measured(run, epoch))
+        # both compiled steps looked up once an epoch, not each call (the lookup checks the
+        # model's compiled state: its layers and variables); the lean one is traced on first use
+        measured_step, lean_step = self._execution(measured=True), self._execution(measured=False)
+        window = Window(epoch, counters.step, measured=self._measured(run, epoch, lean_step))
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)
         while True:
@@ -380,7 +383,7 @@ class EpochLoop(Loop):
             if batch_hooks:
                 callbacks.on_train_batch_begin(begin)
             called = time.perf_counter()
-            execute = self._execution(measured=window.measured)
+            execute = measured_step if window.measured else lean_step
             stats = self._dispatch(execute, iterator, limit)
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
@@ -397,7 +400,7 @@ class EpochLoop(Loop):
             ended = taken < limit or counters.epoch_step == per_epoch
             if ended or self.at_boundary() or counters.step == steps or self.model.stop_training:
                 run.close(window)
-                window = Window(epoch, counters.step, measured=self._measured(run, epoch))
+                window = Window(epoch, counters.step, measured=self._measured(run, epoch, lean_step))
             if ended:
                 if counters.epoch_step == 0:
                     raise ConfigError(
@@ -409,21 +412,21 @@ class EpochLoop(Loop):
             if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
 
-    def _measured(self, run: RunLog, epoch: int) -> bool:
+    def _measured(self, run: RunLog, epoch: int, lean_step: Any) -> bool:
         """Whether the next window runs the measured step: when the run measures it
         (``RunLog.measures``), and also when the lean step would trace just for a few windows
         (a second trace costs a window of warm-up: worth it where ``MEASURE_EVERY`` windows or
         more are left, or the run has had that many when its length is unknown)."""
         if run.measures(epoch):
             return True
-        if self._execution(measured=False) in self.warmed:
+        if lean_step in self.warmed:
             return False
         left = None if self.planned is None else (self.planned - self.counters.step) / self.options.log_every
         return (run.windows if left is None else left) < MEASURE_EVERY
 
     def _execution(self, *, measured: bool) -> Any:
         """The compiled step: with the input-wait timestamps for a measured window, without them
-        (``execution.LEAN``, made on first use) for the others."""
+        (``execution.LEAN``) for the others."""
         extras = execution.ALL if measured else execution.LEAN
         return execution.compiled(
             self.model, self.setup.strategy, jit_compile=self.options.jit_compile, extras=extras

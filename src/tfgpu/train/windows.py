@@ -70,7 +70,6 @@ class WindowFigures:
     timed_examples: float
     raw_wall: float
     raw_wait: float
-    measured: bool = True  # the waits were timed (``Window.measured``)
 
     @property
     def loss(self) -> float:
@@ -111,7 +110,6 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
         timed_examples,
         raw_wall,
         wait,
-        window.measured,
     )
 
 
@@ -200,7 +198,7 @@ class RunLog:
         figures = read(window, workers=self.workers, nan_raises=self.nan_raises)
         self.examples += figures.examples
         self.steps_run += window.steps
-        if figures.measured:
+        if window.measured:
             self.raw_wait += figures.raw_wait
             self.raw_wall += figures.raw_wall
             if figures.timed_steps:
@@ -222,7 +220,7 @@ class RunLog:
             steps, examples, wall, wait = figures.steps, figures.examples, figures.raw_wall, figures.raw_wait
         if figures.timed_steps or window.epoch in self.warm_epochs:  # steady state: timed steps only
             self.epochs.setdefault(window.epoch, Span()).add(
-                steps, examples, wall, wait, measured=figures.measured
+                steps, examples, wall, wait, measured=window.measured
             )
         self.epoch_steps += figures.steps
         self.logs = figures.logs
@@ -233,7 +231,7 @@ class RunLog:
             "step": step,
             "loss": figures.loss,
             "examples_per_s": round(rate, 2),
-            "input_wait": round(_share(wait, wall), 4) if figures.measured else None,
+            "input_wait": round(_share(wait, wall), 4) if window.measured else None,
             "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
         }
         self.timeline.append(point)
