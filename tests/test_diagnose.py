@@ -468,3 +468,34 @@ def test_a_figure_clear_of_every_cut_off_is_not_borderline():
         "15% per-step overhead"
     )
     assert verdict.verdict(input_wait_fraction=0.06).borderline is None  # training's own: no noise given
+
+
+def test_a_stall_of_the_machine_is_not_charged_to_every_step():
+    """A loaded CI run read a well-tuned pipeline's 30 ms steps as 26% per-step overhead and
+    advised steps per call. A stall (here one fetch and one device step held 0.4 s each, 16x a
+    step between them) is input wait in the run's total, but the per-step overhead and fetch
+    cost are a typical step's: under 15% however late the machine's wake-ups come in one step."""
+    import time
+
+    from tfgpu.diagnose import judge, measure
+
+    def rows():
+        for i in range(25):
+            if i == 12:
+                time.sleep(0.4)
+            yield [float(i)]
+
+    class Stalling:
+        calls = 0
+
+        def step(self, batch):
+            self.calls += 1
+            time.sleep(0.4 if self.calls == 15 else 0.025)
+
+    dataset = tf.data.Dataset.from_generator(rows, output_signature=tf.TensorSpec([1], tf.float32)).batch(1)
+    run = measure.together(dataset, Stalling(), steps=24, warmup=2, device_step_s=0.025)
+    stalled = 0.4 * 2 / (24 * 0.025 + 0.8)
+    assert run.input_wait_fraction >= 0.2  # the run's total keeps the wait it had
+    assert run.host_overhead_fraction + run.fetch_fraction < 0.15 < stalled
+    fetch = judge.judge_round(run, pipeline_rate=1e6, device_rate=40, prefetched=True)
+    assert fetch.verdict.bottleneck == "device" and fetch.overhead < 0.15

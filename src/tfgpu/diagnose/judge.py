@@ -85,10 +85,10 @@ def judge_round(
     utilization = min(1.0, run.examples_per_s / max(device_rate, 1e-9))
     wait, note = measured, ""
     if prefetched and pipeline_rate >= FAST_PIPELINE * device_rate and measured > 0:
-        overhead, wait = overhead if step_measured else min(1.0, overhead + measured), 0.0
+        overhead, wait = overhead if step_measured else min(1.0, overhead + run.fetch_cost), 0.0
         note = (
             f"; the pipeline alone runs {pipeline_rate / device_rate:.1f}x the device's rate, so the "
-            f"{measured:.0%} timed waiting is per-step fetch cost"
+            f"{measured:.0%} timed waiting is per-step fetch cost ({run.fetch_cost:.0%} a typical step)"
         )
     elif utilization >= FED and measured > 0:
         wait = 0.0
