@@ -216,7 +216,7 @@ def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, Any]:
             )
             return result.train_result.steps * result.train_result.global_batch
 
-        chosen = tuned["choices"]
+        chosen = tuned.choices
         timed = interleaved_rates(
             {
                 "default": lambda: epoch("default", {}),
@@ -230,9 +230,9 @@ def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, Any]:
             "grid_best": max(rates.values()),
             "grid_best_config": max(rates, key=rates.get),
             "tune_s": tune_s,
-            "tuned_in_s": tuned["seconds"],
+            "tuned_in_s": tuned.seconds,
             "choices": chosen,
-            "summary": tuned["summary"],
+            "summary": tuned.summary,
             "default": timed["default"]["median"],
             "tuned": timed["tuned"]["median"],
             "tuned_in_grid": rates.get(tfgpu_config(chosen).label(), 0.0),

@@ -83,12 +83,10 @@ def child(cpu: int) -> dict:
     return {
         "xla_gain": statistics.median(xla),
         "xla_spread": [min(xla), max(xla)],
-        "choices": tuned["choices"],
-        "summary": tuned["summary"],
-        "seconds": tuned["seconds"],
-        "trials": [
-            (t["knob"], t["candidate"], t["ratio"], t["rounds"], t.get("decision")) for t in tuned["trials"]
-        ],
+        "choices": tuned.choices,
+        "summary": tuned.summary,
+        "seconds": tuned.seconds,
+        "trials": [(t.knob, t.candidate, t.ratio, t.rounds, t.decision) for t in tuned.trials],
     }
 
 

@@ -432,8 +432,8 @@ def test_the_first_step_is_proved_equal_to_one_device_and_changes_nothing(loss, 
         history = tfgpu.fit(model, x, y, prove=prove, **FIT)
         runs[prove] = (model.get_weights(), history)
     proof = runs[True][1].train_result.proof
-    assert proof["status"] == "agree" and proof["worst_update_error"] < 1e-4, proof
-    assert proof["logged"]["loss"][0] == pytest.approx(proof["logged"]["loss"][1], rel=1e-5)
+    assert proof.status == "agree" and proof.worst_update_error < 1e-4, proof
+    assert proof.logged["loss"][0] == pytest.approx(proof.logged["loss"][1], rel=1e-5)
     assert runs[False][1].train_result.proof is None
     for ours, without in zip(runs[True][0], runs[False][0], strict=True):
         np.testing.assert_array_equal(ours, without)
@@ -459,8 +459,8 @@ def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(mon
     with local_strategy(2).scope():
         model = small("mse")
     history = tfgpu.fit(model, x, y, **FIT)
-    assert history.train_result.proof["status"] == "not checked"
-    assert "one device could not hold the step" in history.train_result.proof["sentence"]
+    assert history.train_result.proof.status == "not checked"
+    assert "one device could not hold the step" in history.train_result.proof.sentence
     monkeypatch.undo()
     with local_strategy(2).scope():
         unproved = small("mse")
@@ -476,7 +476,7 @@ def test_a_step_that_averages_over_its_replicas_rows_is_said_with_its_cause(capl
     with caplog.at_level("WARNING", logger="tfgpu"):
         history = tfgpu.fit(model, x, y, **FIT)
     proof = history.train_result.proof
-    assert proof["status"] == "differ" and proof["update_ratio"] == pytest.approx(2.0, rel=1e-3)
+    assert proof.status == "differ" and proof.update_ratio == pytest.approx(2.0, rel=1e-3)
     (said,) = [r.getMessage() for r in caplog.records if "do not train as one device" in r.getMessage()]
     assert "2x one device's" in said and "summed over the 2 replicas" in said and "prove=False" in said
 
@@ -490,7 +490,7 @@ def test_a_model_built_outside_any_scope_is_proved_where_it_trains(clean_choices
     model = keras.Model(inputs, keras.layers.Dense(1)(hidden))
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=mean_squared)
     proof = tfgpu.fit(model, x, y, strategy=local_strategy(3), **FIT).train_result.proof
-    assert proof["status"] == "agree" and proof["replicas"] == 3, proof
+    assert proof.status == "agree" and proof.replicas == 3, proof
 
 
 def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
@@ -503,7 +503,7 @@ def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
         norm.compile(optimizer="sgd", loss="mse")
     for model, reason in ((dropout, "random numbers"), (norm, "BatchNormalization")):
         proof = tfgpu.fit(model, x, y, **FIT).train_result.proof
-        assert proof["status"] == "not checked" and reason in proof["sentence"], proof
+        assert proof.status == "not checked" and reason in proof.sentence, proof
     with local_strategy(2).scope():
         once = small()
     tfgpu.fit(once, x, y, **FIT)
@@ -522,5 +522,5 @@ def test_a_proved_model_checkpoints_and_resumes(tmp_path, clean_choices):
             model.compile(optimizer="adam", loss="mse", metrics=[keras.metrics.AUC()])
         fit = {**FIT, "batch_size": None} if len(data) == 1 else FIT
         history = tfgpu.fit(model, *data, checkpoint_dir=str(tmp_path / str(len(data))), **fit)
-        assert history.train_result.proof["status"] == "agree"
+        assert history.train_result.proof.status == "agree"
         assert history.train_result.final_checkpoint

@@ -207,11 +207,11 @@ def test_warm_up_is_reported_apart_from_the_steady_state(reference):
         return tf.data.Dataset.from_tensor_slices((x, y)).batch(48)  # 16 steps an epoch
 
     result = tfgpu.fit(binary_model(), batches().cache(), epochs=3, verbose=0).train_result
-    (filled,) = result.warm_up["epochs"]
-    assert filled["epoch"] == 1 and filled["why"] == "filled the cache" and filled["steps"] > 0
-    assert result.warm_up["tracing_s"] > 0 and result.warm_up["first_fetches"] >= 1
-    assert result.steady["epochs"] == [2, 3] and result.steady["steps"] == 32
-    assert result.examples_per_s == pytest.approx(result.steady["examples_per_s"], rel=1e-3)
+    (filled,) = result.warm_up.epochs
+    assert filled.epoch == 1 and filled.why == "filled the cache" and filled.steps > 0
+    assert result.warm_up.tracing_s > 0 and result.warm_up.first_fetches >= 1
+    assert result.steady.epochs == (2, 3) and result.steady.steps == 32
+    assert result.examples_per_s == pytest.approx(result.steady.examples_per_s, rel=1e-3)
     assert result.sentence().endswith("(steady state, epochs 2-3)")
     summary = result.to_dict()
     assert (
@@ -222,8 +222,8 @@ def test_warm_up_is_reported_apart_from_the_steady_state(reference):
     assert short.steady is None and "no steady state" in short.sentence()
     # no cache: every epoch is steady state, past the first call (4 of epoch 1's 16 steps)
     plain = tfgpu.fit(binary_model(), batches(), epochs=2, verbose=0, steps_per_execution=4).train_result
-    assert plain.warm_up["epochs"] == [] and plain.steady["epochs"] == [1, 2]
-    assert plain.steady["steps"] == 28
+    assert plain.warm_up.epochs == () and plain.steady.epochs == (1, 2)
+    assert plain.steady.steps == 28
 
 
 def test_batch_callbacks_once_per_execution_as_keras(reference):

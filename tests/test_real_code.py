@@ -120,7 +120,7 @@ def test_optimizers_the_model_keeps_move_with_it_and_the_proof_leaves_them_as_th
         assert int(keras.ops.convert_to_numpy(mine.iterations)) == 8  # stepped by the run, not the proof
         assert int(keras.ops.convert_to_numpy(theirs.iterations)) == 8
     proof = history.train_result.proof
-    assert (proof or {}).get("status") == ("agree" if prove else None), proof
+    assert getattr(proof, "status", None) == ("agree" if prove else None), proof
 
 
 class ScaledTracker(TwoOptimizers):
@@ -141,9 +141,9 @@ def test_a_tracker_fed_the_scaled_loss_is_said_with_its_cause(clean_choices):
     x, y = regression()
     history = tfgpu.fit(model, x, y, strategy=local_strategy(2), **FIT)
     proof = history.train_result.proof
-    assert proof["status"] == "differ"
-    assert "fed the loss as Keras scales it for the replicas (1/2" in proof["sentence"]
-    assert "the weights train as one device" in proof["sentence"]
+    assert proof.status == "differ"
+    assert "fed the loss as Keras scales it for the replicas (1/2" in proof.sentence
+    assert "the weights train as one device" in proof.sentence
 
 
 class OwnEvaluation(keras.Model):
@@ -351,12 +351,12 @@ def test_a_position_embedding_under_adam_is_said_or_trains_as_one_device(per_exa
     )
     proof = history.train_result.proof
     if per_example:
-        assert proof["status"] == "agree", proof
+        assert proof.status == "agree", proof
         assert_same_weights(model, reference, atol=1e-5)
     else:
-        assert proof["status"] == "differ"
-        assert "Likely cause: sparse gradients" in proof["sentence"]
-        assert "broadcast the positions to the batch" in proof["sentence"]
+        assert proof.status == "differ"
+        assert "Likely cause: sparse gradients" in proof.sentence
+        assert "broadcast the positions to the batch" in proof.sentence
 
 
 @pytest.mark.slow

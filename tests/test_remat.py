@@ -5,6 +5,8 @@ changed twice by the recomputation)."""
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -68,13 +70,13 @@ def test_a_remat_scope_model_trains_to_the_weights_without_remat(scope, replicas
 @pytest.mark.parametrize("replicas", [1, 2])
 @pytest.mark.parametrize("remat", [True, "activations", "largest"])
 def test_remat_for_a_model_built_without_it_keeps_the_weights(remat, replicas, plain_weights, clean_choices):
-    from tfgpu.train import remat as rematerialization
+    from tfgpu.train import model_cache
 
     x, y = data()
     ours = in_scope(local_strategy(replicas), model)
     tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, remat=remat)
     same_weights(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
-    assert not rematerialization.uses_remat(ours)  # for the run only
+    assert not model_cache.uses_remat(ours)  # for the run only
     assert "layers recomputed" in tfgpu.choices.as_dict()["remat"]["reason"]
 
 
@@ -89,7 +91,8 @@ def test_the_recomputation_really_happens_in_the_traced_step():
     x = tf.ones((2, 3))
 
     def count(mode):
-        with rematerialization.for_run(keras.Sequential([keras.Input((3,)), layer]), mode):
+        model = keras.Sequential([keras.Input((3,)), layer])
+        with rematerialization.for_run(model, mode) if mode else contextlib.nullcontext():
 
             @tf.function
             def step():

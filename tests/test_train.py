@@ -555,4 +555,4 @@ def test_the_lean_step_s_first_call_is_warm_up_and_one_window_in_ten_is_measured
     assert [p["warm_up"] for p in result.timeline] == [True, False, True] + [False] * (windows - 3)
     measured = [p["input_wait"] is not None for p in result.timeline]
     assert measured == [i in (0, 1, 10) for i in range(windows)]
-    assert result.steady["steps"] == 40  # every window but the two that traced
+    assert result.steady.steps == 40  # every window but the two that traced

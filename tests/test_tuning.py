@@ -326,8 +326,8 @@ def test_a_tuned_run_trains_as_the_untuned_run_and_its_callbacks_see_no_trial(tm
     assert seen.events[:2] == ["train", "epoch 0"] and seen.events.count("train") == 1
     assert max(batches) == 31 and all(0 <= b <= 31 for b in batches)  # 32 steps an epoch, no trial's
     found = history.train_result.tuning
-    assert set(found) >= {"seconds", "choices", "gains", "trials"} and found["trials"]
-    assert found["summary"].startswith("tfgpu tuned in")
+    assert found.trials and found.gains and found.seconds > 0
+    assert found.summary.startswith("tfgpu tuned in")
     assert int(tuned.optimizer.iterations.numpy()) == 64  # the trials' steps were put back
 
 
@@ -339,24 +339,22 @@ def test_the_choice_is_kept_reused_and_tuned_again_when_the_model_changes(tmp_pa
     first = tfgpu.fit(in_scope(local_strategy(1), model), x, y, checkpoint_dir=kept, **args)
     saved = json.loads((kept / tuning.FILE).read_text())
     assert (
-        saved["choices"] == first.train_result.tuning["choices"]
+        saved["choices"] == first.train_result.tuning.choices
         and saved["parts"]["knobs"] == "steps_per_execution"
     )
     again = tfgpu.fit(in_scope(local_strategy(1), model), x, y, checkpoint_dir=tmp_path / "ck2", **args)
-    assert again.train_result.tuning["reused"] is None  # another directory: measured
+    assert again.train_result.tuning.reused is None  # another directory: measured
     os.replace(tmp_path / "ck2" / tuning.FILE, tmp_path / "moved.json")
     reused = tfgpu.fit(in_scope(local_strategy(1), model), x, y, log_dir=tmp_path / "logs", **args)
-    assert reused.train_result.tuning["reused"] is None
+    assert reused.train_result.tuning.reused is None
     same = tfgpu.fit(in_scope(local_strategy(1), model), x, y, log_dir=tmp_path / "logs", **args)
-    assert same.train_result.tuning["reused"] == str(tmp_path / "logs" / tuning.FILE)
-    assert same.train_result.tuning["seconds"] == 0 and same.train_result.tuning["summary"].startswith(
-        "tfgpu kept"
-    )
+    assert same.train_result.tuning.reused == str(tmp_path / "logs" / tuning.FILE)
+    assert same.train_result.tuning.seconds == 0 and same.train_result.tuning.summary.startswith("tfgpu kept")
     changed = tfgpu.fit(
         in_scope(local_strategy(1), lambda: model(extra=True)), x, y, log_dir=tmp_path / "logs", **args
     )
-    assert changed.train_result.tuning["reused"] is None
-    assert any("re-tuned: model changed" in n for n in changed.train_result.tuning["notes"])
+    assert changed.train_result.tuning.reused is None
+    assert any("re-tuned: model changed" in n for n in changed.train_result.tuning.notes)
 
 
 def test_bad_tuning_is_one_message():
@@ -405,13 +403,9 @@ def test_a_slow_sequential_map_gets_its_input_tuned(tmp_path, monkeypatch):
         in_scope(local_strategy(1), model), dataset, verbose=0, tune=("input",), tune_budget_s=30
     )
     found = history.train_result.tuning
-    assert found["choices"] == {"input": True}, str(found["trials"][0])
-    trial = found["trials"][0]
-    assert (
-        trial["knob"] == "input"
-        and trial["baseline_examples_per_s"] > 0
-        and trial["candidate_examples_per_s"] > 0
-    )
+    assert found.choices == {"input": True}, str(found.trials[0])
+    trial = found.trials[0]
+    assert trial.knob == "input" and trial.baseline_examples_per_s > 0 and trial.candidate_examples_per_s > 0
     assert history.train_result.steps == 200  # every batch of the tuned pipeline, none lost
 
 
@@ -435,8 +429,8 @@ def test_a_dispatch_bound_model_gets_more_steps_per_call(tmp_path, monkeypatch):
         tune_budget_s=10,  # room for the ladder to 16, each step forecast from the last (tracing included)
     )
     found = history.train_result.tuning
-    assert found["choices"]["steps_per_execution"] >= 16, found["trials"]
-    assert found["gains"]["steps_per_execution"] >= 2
+    assert found.choices["steps_per_execution"] >= 16, found.trials
+    assert found.gains["steps_per_execution"] >= 2
 
 
 @pytest.mark.process
@@ -499,8 +493,8 @@ def test_a_saved_tuning_is_trained_with_without_measuring(tmp_path):
     result = ours.fit(epochs=2)
     by_hand.fit(epochs=2)
     same_weights(ours.model.get_weights(), by_hand.model.get_weights(), rtol=1e-6, atol=1e-7)
-    assert result.tuning["reused"] == path and result.tuning["trials"] == []
-    assert any("measured for another run: model differ" in n for n in result.tuning["notes"])
+    assert result.tuning.reused == path and result.tuning.trials == []
+    assert any("measured for another run: model differ" in n for n in result.tuning.notes)
     assert "from " + path in tfgpu.choices.as_dict()["tuning"]["reason"]
 
 
@@ -624,7 +618,7 @@ def test_a_model_keras_cannot_copy_trains_on_all_its_devices_said(tmp_path, monk
         opaque.compile(optimizer="sgd", loss="mse")
     history = tfgpu.fit(opaque, x, y, batch_size=16, epochs=1, verbose=0, tune=("devices",), tune_budget_s=3)
     result = history.train_result
-    assert any("one device not tried: the model cannot be copied" in n for n in result.tuning["notes"]), (
+    assert any("one device not tried: the model cannot be copied" in n for n in result.tuning.notes), (
         result.tuning
     )
     assert result.replicas == 2 and len(history.history["loss"]) == 1
@@ -833,7 +827,7 @@ def test_a_run_switched_to_one_device_trains_as_the_replicas_would(tmp_path, mon
             2, ("devices",), data(), callbacks=[seen], epochs=3, initial_epoch=1
         )
     found = history.train_result.tuning
-    assert found["choices"] == {"devices": 1} and history.train_result.replicas == 1
+    assert found.choices == {"devices": 1} and history.train_result.replicas == 1
     same_weights(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
     assert max(e for e in seen.events if isinstance(e, int)) == 31 and history.epoch == [1, 2]
     assert tfgpu.choices.as_dict()["devices"]["value"] == "1"
@@ -851,7 +845,7 @@ def test_a_run_switched_to_mixed_precision_trains_a_copy_in_that_policy(tmp_path
     forced(monkeypatch)
     with said(caplog, "precision from float32 to mixed_bfloat16"):
         plain, tuned, history = untuned_and_tuned(1, ("precision",), noisy_data())
-    assert history.train_result.tuning["choices"] == {"precision": "mixed_bfloat16"}
+    assert history.train_result.tuning.choices == {"precision": "mixed_bfloat16"}
     assert tuned.dtype_policy.name == "float32"  # the user's model, given the copy's weights
     same_weights(tuned.get_weights(), plain.get_weights(), rtol=0.1, atol=0.05)
     assert not np.allclose(tuned.get_weights()[0], in_scope(local_strategy(1), model).get_weights()[0])
@@ -880,8 +874,8 @@ def test_batch_size_auto_doubles_a_dispatch_bound_batch(tmp_path, monkeypatch, c
             tune_budget_s=12,  # sizes each measurement; never spent here (unbounded)
         )
     result = history.train_result
-    chosen = result.tuning["choices"]["batch_size"]
-    assert chosen >= 128 and result.global_batch == chosen, result.tuning["trials"]
+    chosen = result.tuning.choices["batch_size"]
+    assert chosen >= 128 and result.global_batch == chosen, result.tuning.trials
     assert result.steps == 4096 // chosen
     x_ds = __import__("tensorflow").data.Dataset.from_tensor_slices((x, y)).batch(32)
     with pytest.raises(ConfigError, match=r"cannot batch a tf\.data\.Dataset"):

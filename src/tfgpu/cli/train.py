@@ -244,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
     out = _common.out
     out.print(choices.summary_line())
     if result.tuning:
-        out.print(result.tuning["summary"], markup=False)
+        out.print(result.tuning.summary, markup=False)
     for entry in result.history:
         fields = [f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in entry.items()]
         for line in _common.packed(fields, width=out.width):

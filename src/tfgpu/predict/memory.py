@@ -144,10 +144,9 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     (``train.evaluation.evaluation_strategy``).
     """
     from tfgpu.train import model as model_setup
-    from tfgpu.train import remat
     from tfgpu.train.evaluation import evaluation_strategy
 
-    remat.install_for(model)  # a RematScope model fails in a compiled call without it
+    model_setup.ready_remat(model)  # a RematScope model fails in a compiled call without it
     chosen, model = model_setup.placed(model, strategy)  # as fit and evaluate place it
     return evaluation_strategy(chosen), model
 

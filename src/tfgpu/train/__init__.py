@@ -3,7 +3,8 @@ tuning session: ``train.trainer``)."""
 
 from tfgpu.train.batch_size import find_batch_size
 from tfgpu.train.loop import OutOfMemoryError
-from tfgpu.train.options import Placement, Progress, TrainOptions, TrainResult
+from tfgpu.train.options import Placement, TrainOptions
+from tfgpu.train.result import Progress, TrainResult
 from tfgpu.train.task import Task
 from tfgpu.train.trainer import Trainer
 

@@ -33,7 +33,8 @@ from tfgpu.train import execution
 from tfgpu.train.callbacks import pythonify
 from tfgpu.train.checkpoints import Checkpoints
 from tfgpu.train.evaluation import evaluator_for
-from tfgpu.train.options import Progress, TrainOptions, TrainResult
+from tfgpu.train.options import TrainOptions
+from tfgpu.train.result import Progress, TrainResult
 from tfgpu.train.setup import Setup, describe
 from tfgpu.train.windows import MEASURE_EVERY, RunLog, Window
 

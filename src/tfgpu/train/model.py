@@ -81,7 +81,14 @@ def check_compiled(model: Any, *, call: str) -> None:
             value=model.name,
             fix="call model.compile(optimizer=..., loss=..., metrics=...) first, inside strategy.scope()",
         )
-    remat.install_for(model)
+    ready_remat(model)
+
+
+def ready_remat(model: Any) -> None:
+    """Keras's TensorFlow ``remat`` fails in a compiled step (keras-team/keras#21207): the working
+    one (``remat.install``) goes in when the model was built for remat, and only then."""
+    if model_cache.uses_remat(model):
+        remat.install()
 
 
 def owner(model: Any) -> Any | None:
@@ -601,7 +608,7 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
 
     A label shape the loss cannot take fails here, before any training, as one message.
     """
-    remat.install_for(model)
+    ready_remat(model)
     _adopt_optimizer(model, strategy)
     try:
         with strategy.scope():

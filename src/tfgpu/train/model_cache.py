@@ -19,8 +19,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfgpu.train import remat
-
 
 @dataclass
 class _Entry:
@@ -48,9 +46,20 @@ def compiled_state(model: Any) -> tuple[Any, ...]:
         getattr(model, "optimizer", None),
         getattr(model, "_compile_loss", None),
         getattr(model, "_compile_metrics", None),
-        remat.signature(model),
+        remat_modes(model),
         *model.trainable_variables,
     )
+
+
+def remat_modes(model: Any) -> tuple[Any, ...]:
+    """The layers' remat modes (Keras's ``_remat_mode``, set by ``keras.RematScope`` or by
+    ``remat.for_run``): a compiled step traced with other modes is another step."""
+    return tuple(getattr(layer, "_remat_mode", None) for layer in model._flatten_layers(include_self=True))
+
+
+def uses_remat(model: Any) -> bool:
+    """Whether any layer of ``model`` (or the model) was built for remat."""
+    return any(remat_modes(model))
 
 
 def same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:

@@ -1,5 +1,5 @@
-"""What a training run is asked to do (``TrainOptions``, with its ``Placement`` and its tuning's
-``TuneOptions``) and what it reports (``Progress``, ``TrainResult``).
+"""What a training run is asked to do: ``TrainOptions``, with its ``Placement`` and its tuning's
+``TuneOptions`` (what it reports is ``train.result``).
 
 One tree, built once at the edge: ``tfgpu.fit``, ``Trainer``, ``tfgpu train`` and ``tfgpu tune``
 all make it with ``TrainOptions.of`` from the flat keywords they take, and every field is checked
@@ -9,11 +9,10 @@ accelerate's dataclasses per concern)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfgpu import verdict
 from tfgpu.errors import ConfigError, refuse_unknown
 from tfgpu.train.tuning.options import TuneOptions
 
@@ -201,82 +200,3 @@ class TrainOptions:
 
 PLACEMENT = {f.name for f in fields(Placement)}
 _DEFAULTS = {f.name: f.default for f in (*fields(TrainOptions), *fields(Placement))}
-
-
-@dataclass
-class Progress:
-    step: int
-    epoch: int
-    loss: float
-    examples_per_s: float
-    input_wait_fraction: float
-    total_steps: int | None
-
-
-@dataclass
-class TrainResult:
-    steps: int
-    epochs: int
-    global_batch: int
-    replicas: int
-    seconds: float
-    examples_per_s: float
-    input_wait_fraction: float
-    verdict: verdict.Verdict
-    history: list[dict[str, Any]] = field(default_factory=list)
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # input_wait None: not measured
-    gpu_utilization: list[dict[str, Any]] = field(default_factory=list)
-    final_checkpoint: str | None = None
-    resumed_from: str | None = None
-    overall_examples_per_s: float = 0.0  # everything: tracing, first fetches, warm epochs
-    steady: dict[str, Any] | None = None  # the steady state's figures; None: too short to have one
-    warm_up: dict[str, Any] = field(default_factory=dict)  # tracing, first fetches, warm epochs
-    tuning: dict[str, Any] | None = None  # what tune=True chose (tuning.Tuning.to_dict())
-    proof: dict[str, Any] | None = None  # the replicas' first step against one device's (train.proof)
-
-    def sentence(self) -> str:
-        """The verdict, saying what it covers: the steady state, or everything when there is none."""
-        if self.steady is None:
-            return f"{self.verdict.sentence()} (no steady state: the run was too short, warm-up included)"
-        epochs = self.steady["epochs"]
-        span = f"epoch {epochs[0]}" if len(epochs) == 1 else f"epochs {epochs[0]}-{epochs[-1]}"
-        return f"{self.verdict.sentence()} (steady state, {span})"
-
-    def warm_up_sentence(self) -> str:
-        """Warm-up, on its own: what it cost and what an epoch that filled a cache looked like."""
-        w = self.warm_up or {}
-        parts = []
-        if w.get("tracing_s"):
-            parts.append(f"first call (tracing) {w['tracing_s']:.1f} s")
-        if w.get("first_fetches"):
-            parts.append(f"{w['first_fetches']} epoch starts {w['first_fetch_s']:.2f} s")
-        for e in w.get("epochs", []):
-            parts.append(
-                f"epoch {e['epoch']} {e['why']}: {e['input_wait_fraction']:.0%} waiting, {e['examples_per_s']:,.0f} examples/s"
-            )
-        return "; ".join(parts)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "steps": self.steps,
-            "epochs": self.epochs,
-            "global_batch": self.global_batch,
-            "replicas": self.replicas,
-            "seconds": round(self.seconds, 3),
-            "examples_per_s": round(self.examples_per_s, 1),
-            "input_wait_fraction": round(self.input_wait_fraction, 4),
-            "bottleneck": self.verdict.bottleneck,
-            "input_bound": self.verdict.input_bound,
-            "verdict": self.sentence(),
-            "overall_examples_per_s": round(self.overall_examples_per_s, 1),
-            "steady": self.steady,
-            "warm_up": self.warm_up,
-            "warm_up_summary": self.warm_up_sentence(),
-            "proof": self.proof,
-            "history": self.history,
-            "timeline": self.timeline,
-            "gpu_utilization": self.gpu_utilization,
-            "final_checkpoint": self.final_checkpoint,
-            "resumed_from": self.resumed_from,
-            "tuning": self.tuning,
-        }

@@ -11,7 +11,7 @@ from tfgpu.errors import ConfigError
 from tfgpu.train import execution, inputs
 from tfgpu.train import model as model_setup
 from tfgpu.train.loop import Loop, Validation
-from tfgpu.train.options import TrainResult
+from tfgpu.train.result import TrainResult
 from tfgpu.train.windows import Window
 
 

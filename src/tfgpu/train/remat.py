@@ -51,12 +51,6 @@ def install() -> None:
     _INSTALLED = True
 
 
-def install_for(model: Any) -> None:
-    """``install()`` when ``model`` was built for remat (Keras's own fails in a compiled step)."""
-    if not _INSTALLED and uses_remat(model):
-        install()
-
-
 def remat(f: Any) -> Any:
     """``tf.recompute_grad(f)`` over a pure function: keyword and non-tensor arguments closed
     over, the layer's weights passed in as tensors, its state written after (module docstring)."""
@@ -155,16 +149,6 @@ def _read(variables: list[Any]) -> list[Any]:
         return [tf.convert_to_tensor(v.value) for v in variables]
 
 
-def uses_remat(model: Any) -> bool:
-    """Whether any layer of ``model`` (or the model) was built for remat."""
-    return any(getattr(layer, "_remat_mode", None) for layer in model._flatten_layers(include_self=True))
-
-
-def signature(model: Any) -> tuple[Any, ...]:
-    """The layers' remat modes: a compiled step traced with other modes is another step."""
-    return tuple(getattr(layer, "_remat_mode", None) for layer in model._flatten_layers(include_self=True))
-
-
 def copy_modes(model: Any, clone: Any) -> None:
     """``model``'s remat modes onto its clone, layer by layer (``clone_model`` drops them)."""
     ours = list(model._flatten_layers(include_self=True))
@@ -174,25 +158,21 @@ def copy_modes(model: Any, clone: Any) -> None:
 
 
 @contextlib.contextmanager
-def for_run(model: Any, mode: str | None) -> Iterator[None]:
-    """Remat on ``model``'s layers in ``mode`` for the ``with`` block, restored after; installs
-    the working ``remat`` whenever the model uses remat at all."""
+def for_run(model: Any, mode: str) -> Iterator[None]:
+    """Remat on ``model``'s layers in ``mode`` for the ``with`` block, restored after (a model
+    built in ``keras.RematScope`` needs no run mode: ``model.ready_remat`` installs the working
+    ``remat`` for it)."""
     everything = list(model._flatten_layers(include_self=True))
     saved = {id(layer): getattr(layer, "_remat_mode", None) for layer in everything}
-    if mode is not None:
-        install()
-        layers = _leaves(model)
-        chosen = _choose(model, layers, mode)
-        from keras.src.backend.common.remat import RematMode
+    install()
+    layers = _leaves(model)
+    chosen = _choose(model, layers, mode)
+    from keras.src.backend.common.remat import RematMode
 
-        keras_mode = "activations" if mode == "activations" else "full"
-        for layer in chosen:
-            _set(layer, RematMode(keras_mode, 0, []))
-        choices.record(
-            "remat", mode, f"{len(chosen)} of {len(layers)} layers recomputed in the backward pass"
-        )
-    else:
-        install_for(model)
+    keras_mode = "activations" if mode == "activations" else "full"
+    for layer in chosen:
+        _set(layer, RematMode(keras_mode, 0, []))
+    choices.record("remat", mode, f"{len(chosen)} of {len(layers)} layers recomputed in the backward pass")
     try:
         yield
     finally:

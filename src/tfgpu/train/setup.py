@@ -10,7 +10,8 @@ itself. Keras's base trainer / backend trainer split is the shape: what a model 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 from tfgpu import choices, distribute
@@ -34,7 +35,6 @@ class Setup:
     eval_source: Any  # the evaluation data (Task.eval_data, or the held-out validation_split)
     global_batch: int
     cluster: Any  # the cluster spec under several workers, else None
-    _eval: dict[str, inputs.Input] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def build(
@@ -161,9 +161,11 @@ class Setup:
         """The evaluation data's input, made once."""
         if self.eval_source is None:
             raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
-        if "eval" not in self._eval:
-            self._eval["eval"] = self.input(self.eval_source, training=False)
-        return self._eval["eval"]
+        return self._eval_input
+
+    @functools.cached_property
+    def _eval_input(self) -> inputs.Input:
+        return self.input(self.eval_source, training=False)
 
     # -- other configurations ------------------------------------------------------------------
     def copy_for(self, *, devices: int, policy: str | None) -> tuple[Any, Any]:

@@ -10,6 +10,7 @@ Trainer joins them: it builds the setup and the loop, runs the tuning and the pr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -21,8 +22,9 @@ from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import model as model_setup
 from tfgpu.train import proof, remat
 from tfgpu.train.loop import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
-from tfgpu.train.options import Progress, TrainOptions, TrainResult
+from tfgpu.train.options import TrainOptions
 from tfgpu.train.ps_loop import ParameterServerLoop
+from tfgpu.train.result import Progress, TrainResult
 from tfgpu.train.setup import Setup
 from tfgpu.train.task import Task
 from tfgpu.train.tuning.kept import input_options
@@ -215,6 +217,11 @@ class Trainer:
                 )
 
     # -- fit and evaluate ----------------------------------------------------------------------
+    def _remat(self) -> contextlib.AbstractContextManager[None]:
+        """The run's remat mode on the model's layers for the run (none asked: nothing to do)."""
+        mode = self.options.placement.remat
+        return contextlib.nullcontext() if mode is None else remat.for_run(self.model, mode)
+
     def fit(
         self,
         *,
@@ -233,7 +240,7 @@ class Trainer:
         ``validation_steps`` batches; its figures are logged with a ``val_`` prefix.
         """
         check_length(epochs=epochs, steps=steps, initial_epoch=initial_epoch)
-        with remat.for_run(self.model, self.options.placement.remat):  # tuning measures it as it trains
+        with self._remat():  # tuning measures it as it trains
             if self.options.tune is not None and self.tuning is None:
                 self.tune(epochs=epochs, steps=steps)  # first: it may move the run to another setup
                 if verbose and self.is_chief:
@@ -249,8 +256,7 @@ class Trainer:
                 callbacks=loop.callback_list(verbose=verbose, epochs=epochs),
                 validation=Validation(validation_freq, validation_steps),
             )
-        result.tuning = None if self.tuning is None else self.tuning.to_dict()
-        result.proof = None if self.proof is None else self.proof.to_dict()
+        result.tuning, result.proof = self.tuning, self.proof
         return result
 
     def evaluate(

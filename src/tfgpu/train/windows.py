@@ -20,7 +20,8 @@ from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.monitor import Monitor
 from tfgpu.train.callbacks import pythonify
 from tfgpu.train.execution import Executed
-from tfgpu.train.options import Progress, TrainOptions, TrainResult
+from tfgpu.train.options import TrainOptions
+from tfgpu.train.result import Progress, Steady, TrainResult, WarmEpoch, WarmUp
 
 
 @dataclass
@@ -226,16 +227,18 @@ class RunLog:
         self.logs = figures.logs
         step = window.last_step
         rate = examples / max(wall, 1e-9)
-        point = {
-            "t": round(time.perf_counter() - self.started, 4),
-            "step": step,
-            "loss": figures.loss,
-            "examples_per_s": round(rate, 2),
-            "input_wait": round(_share(wait, wall), 4) if window.measured else None,
-            "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
-        }
-        self.timeline.append(point)
-        self._summaries(step, figures.logs, rate=rate, wait=point["input_wait"])
+        share = round(_share(wait, wall), 4) if window.measured else None
+        self.timeline.append(
+            {
+                "t": round(time.perf_counter() - self.started, 4),
+                "step": step,
+                "loss": figures.loss,
+                "examples_per_s": round(rate, 2),
+                "input_wait": share,
+                "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
+            }
+        )
+        self._summaries(step, figures.logs, rate=rate, wait=share)
         if self.on_progress and self.is_chief:
             self.on_progress(
                 Progress(step, window.epoch, figures.loss, rate, self.wait_fraction, self.total_steps)
@@ -286,18 +289,17 @@ class RunLog:
         steady = self.steady()
         return steady.wait_fraction if steady.measured_wall > 0 else _share(self.raw_wait, self.raw_wall)
 
-    def warm_up(self) -> dict[str, Any]:
-        epochs = [
-            {"epoch": epoch + 1, "why": why, **self.epochs[epoch].to_dict()}
-            for epoch, why in sorted(self.warm_epochs.items())
-            if epoch in self.epochs
-        ]
-        return {
-            "tracing_s": round(self.tracing_s, 3),
-            "first_fetches": len(self.first_fetches),
-            "first_fetch_s": round(sum(self.first_fetches), 4),
-            "epochs": epochs,
-        }
+    def warm_up(self) -> WarmUp:
+        return WarmUp(
+            tracing_s=self.tracing_s,
+            first_fetches=len(self.first_fetches),
+            first_fetch_s=sum(self.first_fetches),
+            epochs=tuple(
+                self.epochs[epoch].warm(epoch + 1, why)
+                for epoch, why in sorted(self.warm_epochs.items())
+                if epoch in self.epochs
+            ),
+        )
 
     def _examples_per_step(self) -> int:
         """A Dataset's global batch, as trained: its batches are its own (the Trainer's batch
@@ -328,7 +330,7 @@ class RunLog:
             final_checkpoint=final,
             resumed_from=resumed,
             overall_examples_per_s=overall,
-            steady=steady.to_dict(epochs=sorted(e + 1 for e in self.epochs if e not in self.warm_epochs))
+            steady=steady.steady(tuple(sorted(e + 1 for e in self.epochs if e not in self.warm_epochs)))
             if has_steady
             else None,
             warm_up=self.warm_up(),
@@ -372,15 +374,11 @@ class Span:
     def examples_per_s(self) -> float:
         return self.examples / max(self.wall, 1e-9)
 
-    def to_dict(self, *, epochs: list[int] | None = None) -> dict[str, Any]:
-        out: dict[str, Any] = {"epochs": epochs} if epochs is not None else {}
-        return {
-            **out,
-            "steps": self.steps,
-            "seconds": round(self.wall, 3),
-            "examples_per_s": round(self.examples_per_s, 1),
-            "input_wait_fraction": round(self.wait_fraction, 4),
-        }
+    def steady(self, epochs: tuple[int, ...]) -> Steady:
+        return Steady(epochs, self.steps, self.wall, self.examples_per_s, self.wait_fraction)
+
+    def warm(self, epoch: int, why: str) -> WarmEpoch:
+        return WarmEpoch(epoch, why, self.steps, self.wall, self.examples_per_s, self.wait_fraction)
 
 
 def _summary_writer(log_dir: str | None) -> Any:

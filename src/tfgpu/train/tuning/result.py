@@ -38,7 +38,8 @@ class Trial:
 
 @dataclass
 class Tuning:
-    """What tuning found: ``history.train_result.tuning`` holds ``to_dict()``."""
+    """What tuning found, as ``history.train_result.tuning`` holds it (``to_dict()`` at the JSON
+    edge: the kept file, ``tfgpu train --json``, the report)."""
 
     seconds: float
     choices: dict[str, Any]
@@ -71,6 +72,11 @@ class Tuning:
             "key": self.key,
             "summary": self.line(),
         }
+
+    @property
+    def summary(self) -> str:
+        """The line tfgpu prints: what was chosen and why (``line()``)."""
+        return self.line()
 
     def line(self) -> str:
         """One line: what was chosen and why, with the measured gains and the tuning time."""
