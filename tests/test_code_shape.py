@@ -1,7 +1,7 @@
 """Shapes of the source that lint does not hold: no statement after a return, raise, break or
 continue in the same block (PredictOptions once checked its format after the ``return`` of
 another method, so ``fmt="csv"`` was accepted and failed later with a KeyError traceback); no
-class over ``MAX_METHODS`` methods; no function body in ``train/`` over ``MAX_BODY`` lines (issue
+class over ``MAX_METHODS`` methods; no module without a docstring saying what it holds; no function body in ``train/`` over ``MAX_BODY`` lines (issue
 55: ``keras_fit.fit`` was 152 lines); no method re-running its own ``__init__``; no module reading
 another's private names."""
 
@@ -166,3 +166,12 @@ def test_the_private_reader_sees_both_forms():
         "2: from tfgpu.train.model import _copy",
         "3: m._follow",
     ]
+
+
+def test_every_module_says_what_it_holds():
+    bare = [
+        path.relative_to(SRC.parent).as_posix()
+        for path in sorted(SRC.rglob("*.py"))
+        if not ast.get_docstring(ast.parse(path.read_text()))
+    ]
+    assert not bare, f"modules without a docstring: {bare}"

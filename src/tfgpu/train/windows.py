@@ -228,16 +228,7 @@ class RunLog:
         step = window.last_step
         rate = examples / max(wall, 1e-9)
         share = round(_share(wait, wall), 4) if window.measured else None
-        self.timeline.append(
-            {
-                "t": round(time.perf_counter() - self.started, 4),
-                "step": step,
-                "loss": figures.loss,
-                "examples_per_s": round(rate, 2),
-                "input_wait": share,
-                "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
-            }
-        )
+        self._point(window, figures, rate=rate, share=share)
         self._summaries(step, figures.logs, rate=rate, wait=share)
         if self.on_progress and self.is_chief:
             self.on_progress(
@@ -246,6 +237,19 @@ class RunLog:
         every = self.options.checkpoint_every
         if every and step // every > window.first_step // every:
             self._save(step, figures.logs)
+
+    def _point(self, window: Window, figures: WindowFigures, *, rate: float, share: float | None) -> None:
+        """The window's point on the timeline (``input_wait`` None: the window was not measured)."""
+        self.timeline.append(
+            {
+                "t": round(time.perf_counter() - self.started, 4),
+                "step": window.last_step,
+                "loss": figures.loss,
+                "examples_per_s": round(rate, 2),
+                "input_wait": share,
+                "warm_up": window.epoch in self.warm_epochs or not figures.timed_steps,
+            }
+        )
 
     def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float | None) -> None:
         """A window's TensorBoard scalars (the chief's writer, when ``log_dir`` was given)."""
