@@ -173,7 +173,7 @@ def _facts(**kw):
     from tfgpu.diagnose import advice
 
     stage = {"name": "map#2", "kind": "map", "parallel": False, "python": False, "random": True}
-    stage.update(share=0.5, batched=True, per_example_s=1.9e-4, detail="sequential")
+    stage.update(share=0.5, batched=True, per_example_s=1.9e-4, cpu_per_example_s=1.9e-4, detail="sequential")
     base = dict(
         pipeline_rate=2600.0,
         device_rate=2250.0,
@@ -202,6 +202,21 @@ def test_without_prefetch_a_faster_stage_still_takes_turns_so_prefetch_ranks_fir
     assert items["parallelize-map"] == pytest.approx(serial / 1100)
     with_prefetch = {a.kind: a.estimated_speedup for a in advice.advise(_facts(prefetch_at_end=True))}
     assert with_prefetch["parallelize-map"] == pytest.approx(2250 / 1100)  # the slower side sets the pace
+
+
+def test_a_tiny_map_is_told_to_vectorize_by_its_cpu_work_not_its_wall_time():
+    """Beside two busy TensorFlow jobs the tiny-ops map's wall time per element passed 100 µs
+    (25 µs alone) and the advice to vectorize was lost; its CPU work per element (34 µs) decides."""
+    from tfgpu.diagnose import advice
+
+    def first(wall, cpu):
+        stage = {"name": "map#1", "kind": "map", "parallel": True, "python": False, "random": False}
+        stage.update(share=0.9, batched=False, per_example_s=wall, cpu_per_example_s=cpu, detail="")
+        return advice.advise(_facts(stages=[stage], prefetch_at_end=True))[0]
+
+    loaded = first(wall=2.0e-4, cpu=3.4e-5)
+    assert loaded.kind == "vectorize" and "34 µs of CPU work per element" in loaded.detail
+    assert first(wall=2.5e-5, cpu=3.0e-4).kind != "vectorize"  # real work per element: not overhead
 
 
 @pytest.mark.timing

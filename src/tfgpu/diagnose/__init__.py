@@ -103,19 +103,19 @@ class Diagnosis:
 
 
 def _stage_table(stages: list[chain.Stage], *, elements: int, warmup: int) -> list[dict[str, Any]]:
-    rows, previous = [], 0.0
+    rows, previous, previous_cpu = [], 0.0, 0.0
     for index, stage in enumerate(stages):
         per_element = chain.examples_per_element(stages, index)
         if per_element == 1:  # time unbatched prefixes in batches, or Python's per-element cost dominates
-            rate = (
-                measure.element_rate(stage.dataset.batch(256), elements=max(4, elements // 256), warmup=2)
-                * 256
+            rate, cpu = measure.element_rate(
+                stage.dataset.batch(256), elements=max(4, elements // 256), warmup=2
             )
+            per_element = 256
         else:
-            rate = (
-                measure.element_rate(stage.dataset, elements=max(4, elements // per_element), warmup=warmup)
-                * per_element
+            rate, cpu = measure.element_rate(
+                stage.dataset, elements=max(4, elements // per_element), warmup=warmup
             )
+        rate, cumulative_cpu = rate * per_element, cpu / per_element
         cumulative = 1.0 / rate
         rows.append(
             {
@@ -128,10 +128,11 @@ def _stage_table(stages: list[chain.Stage], *, elements: int, warmup: int) -> li
                 "examples_per_s": round(rate, 1),
                 "cumulative_s": cumulative,
                 "own_s": max(0.0, cumulative - previous),
-                "batched": per_element > 1,
+                "cpu_per_example_s": max(0.0, cumulative_cpu - previous_cpu),
+                "batched": chain.examples_per_element(stages, index) > 1,
             }
         )
-        previous = max(previous, cumulative)
+        previous, previous_cpu = max(previous, cumulative), max(previous_cpu, cumulative_cpu)
     total = sum(r["own_s"] for r in rows) or 1.0
     for row in rows:
         row["share"] = round(row["own_s"] / total, 4)

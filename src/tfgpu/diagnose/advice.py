@@ -227,13 +227,14 @@ def advise(f: Facts) -> list[Advice]:
         if (
             stage["kind"] == "map"
             and not stage["batched"]
-            and 0 < stage["per_example_s"] < TINY_ELEMENT_S
+            and 0 < stage["cpu_per_example_s"] < TINY_ELEMENT_S
             and share >= SIGNIFICANT
         ):
+            work = stage["cpu_per_example_s"]
             items.append(
                 Advice(
                     "vectorize",
-                    f"{stage['name']} does {stage['per_example_s'] * 1e6:.0f} µs of work per element: "
+                    f"{stage['name']} does {work * 1e6:.0f} µs of CPU work per element: "
                     "per-call overhead dominates; batch first, then map over whole batches",
                     _gain(f, f.pipeline_rate / max(1e-9, 1 - share + share / 4.0)),
                 )
