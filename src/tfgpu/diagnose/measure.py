@@ -57,9 +57,10 @@ def pipeline_alone(dataset: Any, *, steps: int, warmup: int) -> PipelineRun:
 def element_rate(dataset: Any, *, elements: int, warmup: int) -> tuple[float, float]:
     """(elements per second, this process's CPU seconds per element) of any dataset (a stage
     prefix). The rate is wall time, what the pipeline delivers; the CPU seconds are the work an
-    element costs, which other jobs on the cores do not inflate as they do the wall time (beside
-    two busy TensorFlow jobs a tiny map's wall time per element passed 100 µs, its CPU time did
-    not)."""
+    element costs, which other jobs on the cores do not stretch as they stretch the wall time
+    (beside two busy TensorFlow jobs and a test job, the tiny-ops map, 25 µs of wall time and 34
+    µs of CPU per element alone, lost its advice to vectorize in one run of six when its wall
+    time decided)."""
     iterator = iter(dataset.repeat())
     for _ in range(warmup):
         next(iterator)
