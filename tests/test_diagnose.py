@@ -206,7 +206,7 @@ def test_without_prefetch_a_faster_stage_still_takes_turns_so_prefetch_ranks_fir
 
 def test_a_tiny_map_is_told_to_vectorize_by_its_cpu_work_not_its_wall_time():
     """Beside two busy TensorFlow jobs the tiny-ops map (25 µs of wall time per element alone)
-    lost its advice to vectorize in one run of six: wall time stretches under load, so its CPU
+    lost its advice to vectorize in two runs of ten: wall time stretches under load, so its CPU
     work per element (34 µs) decides. Here the wall time is stretched past the 100 µs line."""
     from tfgpu.diagnose import advice
 

@@ -59,7 +59,7 @@ def element_rate(dataset: Any, *, elements: int, warmup: int) -> tuple[float, fl
     prefix). The rate is wall time, what the pipeline delivers; the CPU seconds are the work an
     element costs, which other jobs on the cores do not stretch as they stretch the wall time
     (beside two busy TensorFlow jobs and a test job, the tiny-ops map, 25 µs of wall time and 34
-    µs of CPU per element alone, lost its advice to vectorize in one run of six when its wall
+    µs of CPU per element alone, lost its advice to vectorize in two runs of ten when its wall
     time decided)."""
     iterator = iter(dataset.repeat())
     for _ in range(warmup):
