@@ -106,16 +106,12 @@ def _stage_table(stages: list[chain.Stage], *, elements: int, warmup: int) -> li
     rows, previous, previous_cpu = [], 0.0, 0.0
     for index, stage in enumerate(stages):
         per_element = chain.examples_per_element(stages, index)
-        if per_element == 1:  # time unbatched prefixes in batches, or Python's per-element cost dominates
-            rate, cpu = measure.element_rate(
-                stage.dataset.batch(256), elements=max(4, elements // 256), warmup=2
-            )
-            per_element = 256
-        else:
-            rate, cpu = measure.element_rate(
-                stage.dataset, elements=max(4, elements // per_element), warmup=warmup
-            )
-        rate, cumulative_cpu = rate * per_element, cpu / per_element
+        timed, scale = (stage.dataset, per_element) if per_element > 1 else (stage.dataset.batch(256), 256)
+        # unbatched prefixes are timed in batches, or Python's per-element cost would dominate
+        rate, cpu = measure.element_rate(
+            timed, elements=max(4, elements // scale), warmup=warmup if per_element > 1 else 2
+        )
+        rate, cumulative_cpu = rate * scale, cpu / scale
         cumulative = 1.0 / rate
         rows.append(
             {
@@ -129,7 +125,7 @@ def _stage_table(stages: list[chain.Stage], *, elements: int, warmup: int) -> li
                 "cumulative_s": cumulative,
                 "own_s": max(0.0, cumulative - previous),
                 "cpu_per_example_s": max(0.0, cumulative_cpu - previous_cpu),
-                "batched": chain.examples_per_element(stages, index) > 1,
+                "batched": per_element > 1,
             }
         )
         previous, previous_cpu = max(previous, cumulative), max(previous_cpu, cumulative_cpu)
