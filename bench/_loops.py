@@ -107,14 +107,20 @@ def dataset_fit(model: Any, dataset: Any, *, rows: int, epochs: int, with_tfgpu:
     return run
 
 
-def bare_loop(build: Callable[[], Any], batch: int, x: np.ndarray, y: np.ndarray, *, epochs: int):
+def bare_loop(
+    build: Callable[[], Any], batch: int, x: np.ndarray, y: np.ndarray, *, epochs: int, metrics: bool = False
+):
     """The leanest loop: next batch inside the tf.function, the loss read once per epoch.
 
     No strategy: the model lives on TensorFlow's default device (the first GPU, or the CPU).
+    ``metrics``: each step also updates what Keras's ``train_step`` updates for
+    ``compile(metrics=["accuracy"])`` (the loss's running mean and the accuracy), the part of
+    tfgpu's step that is Keras's contract rather than tfgpu's (``ablation_bench.py``'s row).
     """
     model = build()
     optimizer = keras.optimizers.Adam(1e-3)
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    tracked = [keras.metrics.Mean(), keras.metrics.SparseCategoricalAccuracy()] if metrics else []
     dataset = (
         tf.data.Dataset.from_tensor_slices((x, y))
         .batch(batch, drop_remainder=True)
@@ -128,9 +134,13 @@ def bare_loop(build: Callable[[], Any], batch: int, x: np.ndarray, y: np.ndarray
         for _ in tf.range(steps):
             xb, yb = next(iterator)
             with tf.GradientTape() as tape:
-                loss = loss_fn(yb, model(xb, training=True))
+                logits = model(xb, training=True)
+                loss = loss_fn(yb, logits)
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            if tracked:
+                tracked[0].update_state(loss, sample_weight=tf.shape(yb)[0])
+                tracked[1].update_state(yb, logits)
             total += loss
         return total
 

@@ -5,11 +5,16 @@ calls) with each per-step extra switched off (``execution.Extras``), one at a ti
 together, against the bare in-graph loop, in one process on one device, interleaved rounds:
 
 - ``bare in-graph loop``: ``_loops.bare_loop``, the twenty lines an expert writes;
+- ``bare + Keras's metrics``: the same loop updating the loss's running mean and the accuracy
+  each step, as Keras's ``train_step`` does for ``compile(metrics=["accuracy"])``: the part of
+  tfgpu's step that is Keras's contract;
 - ``tfgpu execution: all extras``: what ``tfgpu.fit`` runs, called directly on the same
   ``tf.data`` input (one call per epoch, nothing read back until its end);
 - ``... no wait``: without the input-wait timestamps and their control dependencies on the
   step's stateful ops and state; ``no finite``, ``no rows``, ``no step_logs``, ``no sharing``,
   ``fetch at top``: the other extras (``execution.Extras``); ``none``: all of them off;
+- ``... stop on device``: the loop's condition as it was before (a bool op a GPU computes and
+  the loop copies back each step; ``ingraph.in_graph_loop``'s ``host_stop``);
 - ``tfgpu.fit arrays`` / ``tfgpu.fit tf.data``: the whole fit (its Python, its windows and its
   input: the gather by index from arrays on the device, or the same ``tf.data`` input).
 
@@ -52,6 +57,7 @@ OFF = {
     "no step_logs": {"step_logs": False},
     "no sharing": {"sharing": False},
     "fetch at top": {"fetch_ahead": False},
+    "stop on device": {"host_stop": False},  # the loop's condition before (ingraph.in_graph_loop)
     "none": {
         "wait": False,
         "finite": False,
@@ -118,9 +124,10 @@ def variants(
         .prefetch(tf.data.AUTOTUNE)
     )
     runs: dict[str, Callable[[], int]] = {
-        f"{name}: bare in-graph loop": bare_loop(build, batch, x, y, epochs=EPOCHS)
+        f"{name}: bare in-graph loop": bare_loop(build, batch, x, y, epochs=EPOCHS),
+        f"{name}: bare + Keras's metrics": bare_loop(build, batch, x, y, epochs=EPOCHS, metrics=True),
     }
-    counts: dict[str, int | None] = {f"{name}: bare in-graph loop": None}
+    counts: dict[str, int | None] = dict.fromkeys(runs)
     for label, off in {"all extras": {}, **OFF}.items():
         extras = replace(execution.ALL, **off)
         run, count = execution_run(strategy, build, dataset, steps=steps, batch=batch, extras=extras)

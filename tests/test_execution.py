@@ -80,3 +80,83 @@ def test_the_lean_execution_takes_no_timestamp_inside_its_loop():
 
     assert timestamps(execution.LEAN) == 2
     assert timestamps(execution.ALL) > 2
+
+
+def loop_conditions(function, *args) -> list[list[tuple[str, int]]]:
+    """Each ``tf.while_loop`` condition in ``function``'s graph: its ops and their dtype attrs."""
+    graph = function.get_concrete_function(*args).graph.as_graph_def()
+    library = {f.signature.name: f for f in graph.library.function}
+    nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+    conditions = [library[n.attr["cond"].func.name] for n in nodes if n.op in ("While", "StatelessWhile")]
+    return [[(n.op, n.attr["T"].type) for n in f.node_def] for f in conditions]
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    rows=st.integers(0, 11),
+    per_call=st.integers(1, 4),
+    measure=st.booleans(),
+    fetch_ahead=st.booleans(),
+    host_stop=st.booleans(),
+)
+def test_the_in_graph_loop_takes_each_batch_once_and_stops_at_the_end(
+    rows, per_call, measure, fetch_ahead, host_stop
+):
+    """Every shape of the loop (the ablation bench's rows too) takes the batches in order, each
+    once across calls, up to ``per_call`` a call, and stops at the data's end."""
+    from tfgpu.ingraph import in_graph_loop
+
+    dataset = tf.data.Dataset.range(rows)
+
+    @tf.function
+    def call(iterator, limit):
+        out = in_graph_loop(
+            iterator,
+            limit,
+            lambda batch, seen, index: seen.write(index, batch),
+            tf.TensorArray(tf.int64, size=0, dynamic_size=True),
+            measure=measure,
+            fetch_ahead=fetch_ahead,
+            host_stop=host_stop,
+        )
+        return out.steps, out.state.stack()
+
+    iterator, taken, counts = iter(dataset), [], []
+    for _ in range(rows // per_call + 2):
+        steps, seen = call(iterator, execution.limit(per_call))
+        counts.append(int(steps))
+        taken += seen.numpy().tolist()
+    assert taken == list(range(rows))
+    full, rest = divmod(rows, per_call)
+    assert counts == [per_call] * full + ([rest] if rest else []) + [0] * (len(counts) - full - bool(rest))
+
+
+def test_the_loop_s_condition_is_one_int32_comparison():
+    """Issue 54: the loop's condition stays in host memory on a GPU (an int32 comparison, as a
+    ``for _ in tf.range(n)`` loop's), so the host never waits for the device to run a step
+    before it dispatches the next. A bool op there (``LogicalAnd``, the condition before) has a
+    GPU kernel that writes device memory. Checked for every execution a run calls: training's
+    measured and lean windows, evaluation and the skip of resumed batches."""
+    x, y = linear_data(16)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    strategy = tf.distribute.get_strategy()
+    model = compiled()
+    model_setup.build(model, strategy, dataset.element_spec)
+    limit = execution.limit(2)
+    functions = [
+        execution.train_execution(strategy, model, jit_compile=False, extras=execution.ALL),
+        execution.train_execution(strategy, model, jit_compile=False, extras=execution.LEAN),
+        execution.eval_execution(strategy, model, execution.example_counter(strategy)),
+        execution.skip_batches(),
+    ]
+    for function in functions:
+        conditions = loop_conditions(function, iter(dataset), limit)
+        assert conditions, function
+        for ops in conditions:
+            assert [op for op, _ in ops if op not in ("Identity", "NoOp")] == ["Less"], ops
+            assert ops[[op for op, _ in ops].index("Less")][1] == tf.int32.as_datatype_enum
+
+    old = execution.train_execution(
+        strategy, model, jit_compile=False, extras=replace(execution.ALL, host_stop=False)
+    )
+    assert any("LogicalAnd" in [op for op, _ in ops] for ops in loop_conditions(old, iter(dataset), limit))

@@ -28,8 +28,9 @@ def in_graph_loop(
     body: Callable[[Any, Any, Any], Any],
     state: Any,
     *,
-    measure: bool = True,
+    measure: bool = False,
     fetch_ahead: bool = True,
+    host_stop: bool = True,
 ) -> Looped:
     """Run ``state = body(batch, state, index)`` for up to ``limit`` batches of ``iterator``, in the graph.
 
@@ -38,14 +39,26 @@ def in_graph_loop(
     exhausted: under a multi-worker strategy the distributed iterator agrees on that across
     workers. Returns the batches taken, the input wait and the final state.
 
-    ``measure``: the input wait, the time the step could not start for want of its batch: host
-    timestamps around each fetch, counted only from the moment the step before it finished (a
-    timestamp after that step's stateful ops and its state). A fetch runs alongside the step
-    before it, and a distributed iterator's ``get_next`` can take a long time while the replicas
-    compute (on logical CPU devices, 27% of the demo's step time) without the replicas ever
-    waiting. That timestamp ties the host to the step's ops every step, which a GPU may pay
-    (issue 54): ``measure=False`` (``bench/ablation_bench.py``) leaves it out; ``wait`` is then
-    0 and the first fetch's wait (``first_wait``, before any step: no tie) is still timed.
+    The loop's condition is one int32 comparison, ``done < end``: ``end`` is ``limit`` while
+    batches come and ``done`` once the data has ended, chosen by a ``tf.cond`` on the optional's
+    ``has_value`` (a GPU kernel writes it to host memory). TensorFlow keeps int32 loop control in
+    host memory on a GPU, as in a ``for _ in tf.range(n)`` loop. This loop's condition before
+    was ``logical_and(done < limit, has_value)``: ``LogicalAnd``'s GPU kernel writes device
+    memory, so the loop would copy its condition back to the host each step, behind every kernel
+    queued before it, and the host could not dispatch step i+1 before the device ran step i.
+    That is a hypothesis from the kernel registrations, not yet measured: on an H200 tfgpu's
+    execution ran at 0.67x (CNN) and 0.41x (MLP) of the bare loop with every per-step extra off
+    (issue 54), and ``host_stop=False`` keeps the old condition for the ablation bench's row.
+
+    ``measure`` (training's measured windows only): the input wait, the time the step could not
+    start for want of its batch: host timestamps around each fetch, counted only from the moment
+    the step before it finished (a timestamp after that step's stateful ops and its state). A
+    fetch runs alongside the step before it, and a distributed iterator's ``get_next`` can take
+    a long time while the replicas compute (on logical CPU devices, 27% of the demo's step time)
+    without the replicas ever waiting. That timestamp ties the host to the step's ops every
+    step, which a GPU may pay (issue 54), so evaluation, prediction and training's other windows
+    leave it out: ``wait`` is then 0, and the first fetch's wait (``first_wait``, before any
+    step: no tie) is still timed.
 
     ``fetch_ahead=False`` (the ablation bench's row only): fetch at the top of each iteration
     and run the body in a ``tf.cond`` on its presence, the other shape of this loop.
@@ -66,28 +79,46 @@ def in_graph_loop(
             ready - tf.maximum(before, stepped), 0.0
         )
 
+    def end_of(optional: Any, done: Any) -> Any:
+        return tf.cond(optional.has_value(), lambda: tf.identity(limit), lambda: done)
+
     if not fetch_ahead:
         return _fetch_at_top(iterator, limit, body, state, zero)
     first, first_wait = fetch()
 
-    def more(done: Any, optional: Any, wait: Any, state: Any) -> Any:
+    def more(done: Any, end: Any, optional: Any, wait: Any, state: Any) -> Any:
+        if host_stop:
+            return done < end
         return tf.logical_and(done < limit, optional.has_value())
 
-    def step(done: Any, optional: Any, wait: Any, state: Any) -> Any:
+    def step(done: Any, end: Any, optional: Any, wait: Any, state: Any) -> Any:
         graph = tf.compat.v1.get_default_graph()
         known = len(graph.get_operations())
         state = body(optional.get_value(), state, done)
         done += 1
         if not measure:
-            optional = tf.cond(done < limit, iterator.get_next_as_optional, lambda: optional)
-            return done, optional, wait, state
+
+            def ahead_lean() -> Any:
+                fetched = iterator.get_next_as_optional()
+                return fetched, end_of(fetched, done)
+
+            optional, end = tf.cond(done < limit, ahead_lean, lambda: (optional, done))
+            return done, end, optional, wait, state
         effects = [op for op in graph.get_operations()[known:] if op.op_def.is_stateful]
         with tf.control_dependencies(effects + tf.nest.flatten(state, expand_composites=True)):
             stepped = tf.timestamp()
-        optional, waited = tf.cond(done < limit, lambda: fetch(stepped), lambda: (optional, zero))
-        return done, optional, wait + waited, state
 
-    done, _, wait, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), first, first_wait, state))
+        def ahead() -> Any:
+            fetched, waited = fetch(stepped)
+            return fetched, waited, end_of(fetched, done)
+
+        optional, waited, end = tf.cond(done < limit, ahead, lambda: (optional, zero, done))
+        return done, end, optional, wait + waited, state
+
+    begin = tf.constant(0, tf.int32)
+    done, _, _, wait, state = tf.while_loop(
+        more, step, (begin, end_of(first, begin), first, first_wait, state)
+    )
     return Looped(done, wait if measure else zero, first_wait, state)
 
 
@@ -96,16 +127,19 @@ def _fetch_at_top(
 ) -> Any:
     import tensorflow as tf
 
-    def more(done: Any, ended: Any, state: Any) -> Any:
-        return tf.logical_and(done < limit, tf.logical_not(ended))
+    def more(done: Any, end: Any, state: Any) -> Any:
+        return done < end  # int32 in host memory (``in_graph_loop``)
 
-    def step(done: Any, ended: Any, state: Any) -> Any:
+    def step(done: Any, end: Any, state: Any) -> Any:
         optional = iterator.get_next_as_optional()
-        has = optional.has_value()
-        state = tf.cond(has, lambda: body(optional.get_value(), state, done), lambda: state)
-        return done + tf.cast(has, tf.int32), tf.logical_not(has), state
+        return tf.cond(
+            optional.has_value(),
+            lambda: (done + 1, end, body(optional.get_value(), state, done)),
+            lambda: (done, done, state),
+        )
 
-    done, _, state = tf.while_loop(more, step, (tf.constant(0, tf.int32), tf.constant(False), state))
+    begin = tf.constant(0, tf.int32)
+    done, _, state = tf.while_loop(more, step, (begin, tf.identity(limit), state))
     return Looped(done, zero, zero, state)
 
 

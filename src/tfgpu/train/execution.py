@@ -194,7 +194,11 @@ class Extras:
     - ``step_logs``: a step's own outputs carried when they are not the metric results;
     - ``sharing``: each replica's loss scaled by its share of the rows (``train.losses``);
     - ``fetch_ahead``: the next batch fetched in a ``tf.cond`` at the end of the body (off: at
-      the top of the next iteration).
+      the top of the next iteration);
+    - ``host_stop``: the loop's condition an int32 comparison kept in host memory (off: the
+      bool op it was before, which a GPU computes and the loop copies back each step;
+      ``ingraph.in_graph_loop``). Not an extra but the loop's shape: on in every execution,
+      off only in the ablation bench's row.
     """
 
     wait: bool = True
@@ -203,6 +207,7 @@ class Extras:
     step_logs: bool = True
     sharing: bool = True
     fetch_ahead: bool = True
+    host_stop: bool = True
 
 
 ALL = Extras()
@@ -259,7 +264,15 @@ def train_execution(
     @tf.function
     def execute(iterator: Any, limit: Any) -> Executed:
         start = (tf.constant(0.0), tf.constant(0.0), step_logs.start())
-        out = in_graph_loop(iterator, limit, body, start, measure=extras.wait, fetch_ahead=extras.fetch_ahead)
+        out = in_graph_loop(
+            iterator,
+            limit,
+            body,
+            start,
+            measure=extras.wait,
+            fetch_ahead=extras.fetch_ahead,
+            host_stop=extras.host_stop,
+        )
         finite_steps, examples, last = out.state
         done = tf.cast(out.steps, tf.float32)
         first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))
