@@ -50,8 +50,6 @@ def one_variant(variant: str, *, steps: int, small: bool, model_name: str = "res
     import numpy as np
     import tensorflow as tf
 
-    from tfgpu.monitor import Monitor
-
     size, classes, batch = (32, 10, 8) if small else (224, 1000, 256)
     if variant == "keras fit expert":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
@@ -65,6 +63,19 @@ def one_variant(variant: str, *, steps: int, small: bool, model_name: str = "res
     images = rng.random((batch, size, size, 3), dtype=np.float32)
     labels = rng.integers(0, classes, (batch,)).astype("int64")
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat(steps).prefetch(tf.data.AUTOTUNE)
+    gpus = tf.config.list_logical_devices("GPU")
+    return {
+        **timed_fit(variant, model, dataset, images=steps * batch),
+        "device": gpus[0].name if gpus else "cpu",
+    }
+
+
+def timed_fit(variant: str, model: Any, dataset: Any, *, images: int) -> dict[str, Any]:
+    """Two epochs of ``variant``'s fit (Keras's or tfgpu's) on ``dataset``: the second's
+    images/s and GPU busy, and the first's seconds (warm-up: tracing, XLA, tuning)."""
+    import tfgpu
+    from tfgpu.monitor import Monitor
+
     timer = EpochTimer(Monitor(interval_s=0.02))
     started = time.perf_counter()
     if variant.startswith("keras"):
@@ -74,12 +85,9 @@ def one_variant(variant: str, *, steps: int, small: bool, model_name: str = "res
         tfgpu.fit(model, dataset, epochs=2, verbose=0, callbacks=[timer], tune=tune)
     return {
         "variant": variant,
-        "images_per_s": round(steps * batch / timer.seconds, 1),
+        "images_per_s": round(images / timer.seconds, 1),
         "gpu_busy_%": timer.busy,
         "warm_up_s": round(timer.first_end - started, 1),
-        "device": tf.config.list_logical_devices("GPU")[0].name
-        if tf.config.list_logical_devices("GPU")
-        else "cpu",
     }
 
 
@@ -137,19 +145,7 @@ def cnn_variant(variant: str, *, steps: int, small: bool) -> dict[str, Any]:
         .take(steps)
         .prefetch(tf.data.AUTOTUNE)
     )
-    timer = EpochTimer(Monitor(interval_s=0.02))
-    started = time.perf_counter()
-    if variant.startswith("keras"):
-        model.fit(dataset, epochs=2, verbose=0, callbacks=[timer])
-    else:
-        tune = "all" if variant.endswith("tune=all") else None
-        tfgpu.fit(model, dataset, epochs=2, verbose=0, callbacks=[timer], tune=tune)
-    return {
-        "variant": variant,
-        "images_per_s": round(steps * batch / timer.seconds, 1),
-        "gpu_busy_%": timer.busy,
-        "warm_up_s": round(timer.first_end - started, 1),
-    }
+    return timed_fit(variant, model, dataset, images=steps * batch)
 
 
 class EpochTimer:
