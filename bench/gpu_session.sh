@@ -5,7 +5,7 @@
 # predict-on-arrays bench, the demo's time and the gpu-marked tests.
 # Issue 54 first. On 2026-11-28 (H200) the 21 parts took 140 s of device time, the start included,
 # and 760 s were left: with the last part, one call of about 520 s, then one of the rest:
-#   mv .gpu/part20 /tmp/parts/ && BUDGET=515 STEPS="device ablation xla cnn resnet" bash .gpu/on_device.sh bash bench/gpu_session.sh
+#   mv .gpu/part20 /tmp/parts/ && BUDGET=515 STEPS="device ablation ptxas xla cnn resnet" bash .gpu/on_device.sh bash bench/gpu_session.sh
 #   BUDGET=180 STEPS="predict_arrays demo" bash .gpu/on_device.sh bash bench/gpu_session.sh  (carry .gpu/on_device.sh again)
 # Steps: device 12 s, ablation 143 s, demo 67 s, predict_arrays 36 s; cnn about 2 min and resnet
 # up to 9 if XLA compiles there (it did not finish in 120 s that day: the xla step says why).
@@ -34,6 +34,7 @@ step device 60 sh -c 'nvidia-smi -L; python3 -c "import tensorflow as tf; print(
 step ablation 260 sh -c 'cd bench && python3 ablation_bench.py --repeats 3'
 # XLA on this GPU, alone and loud (TensorFlow's own log on): the 2026-11-28 session's XLA variants
 # never finished their warm-up, and the bundle carries no ptxas
+step ptxas 10 sh -c 'which ptxas nvcc; ls -d /usr/local/cuda*/bin/ptxas /usr/local/cuda*/nvvm/libdevice 2>&1; ls /tmp/g/site/nvidia'
 step xla 90 env TF_CPP_MIN_LOG_LEVEL=0 python3 -c 'import time, tensorflow as tf; t = time.time(); f = tf.function(lambda x: tf.nn.relu(x @ x), jit_compile=True); print("xla", f(tf.ones((256, 256))).shape, round(time.time() - t, 1), "s")'
 step cnn 240 python3 bench/resnet_bench.py --model cnn --steps 200 --timeout 120
 step resnet 560 python3 bench/resnet_bench.py --steps 30 --timeout 130 --variants "keras fit default,tfgpu.fit default,keras fit expert,tfgpu.fit tune=all"
