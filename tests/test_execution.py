@@ -160,3 +160,32 @@ def test_the_loop_s_condition_is_one_int32_comparison():
         strategy, model, jit_compile=False, extras=replace(execution.ALL, host_stop=False)
     )
     assert any("LogicalAnd" in [op for op, _ in ops] for ops in loop_conditions(old, iter(dataset), limit))
+
+
+def test_a_window_reads_nothing_from_the_device_until_it_closes():
+    """The window's one read (``windows.read``) is the only host-device sync of a window: adding
+    an execution, the epoch's first among them, reads none of its outputs (a read mid-window
+    makes the host wait for the device before it dispatches the next execution)."""
+    from tfgpu.train.windows import Window, read
+
+    reads = []
+
+    class Unread:
+        def __init__(self, value):
+            self.value = value
+
+        def __float__(self):
+            reads.append(self.value)
+            return float(self.value)
+
+    def stats(first_wait):
+        return execution.Executed(
+            Unread(4), Unread(0.0), Unread(first_wait), Unread(32.0), Unread(-1.0), {"loss": Unread(0.5)}
+        )
+
+    window = Window(0, 0)
+    window.add(stats(0.25), taken=4, epoch_start=True)
+    window.add(stats(0.0), taken=4)
+    assert reads == []
+    figures = read(window)
+    assert reads and figures.examples == 64.0 and window.startup_wait == 0.25

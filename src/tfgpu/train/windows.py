@@ -33,7 +33,7 @@ class Window:
     started: float = field(default_factory=time.perf_counter)
     executions: list[tuple[int, Executed]] = field(default_factory=list)
     steps: int = 0
-    startup_wait: float = 0.0  # the first fetch of an epoch: building buffers, not steady state
+    startup: Executed | None = None  # the epoch's first execution: its first fetch built buffers
     workers: int = 1  # executions running side by side (parameter-server workers)
     warm_up: tuple[float, int, Executed] | None = None
     measured: bool = True  # its executions timed the input wait (``execution.ALL``); else 0s
@@ -52,8 +52,13 @@ class Window:
         self.steps += taken
         if warm_up is not None:
             self.warm_up = (warm_up, taken, stats)
-        elif epoch_start:
-            self.startup_wait = float(stats.first_wait)
+        elif epoch_start:  # read with the rest in ``read``: reading here would sync mid-window
+            self.startup = stats
+
+    @property
+    def startup_wait(self) -> float:
+        """The first fetch of an epoch: building buffers, not steady state (0 when none)."""
+        return 0.0 if self.startup is None else float(self.startup.first_wait)
 
     @property
     def last_step(self) -> int:
@@ -208,7 +213,7 @@ class RunLog:
         self.windows += 1
         if window.warm_up is not None:
             self.tracing_s += window.warm_up[0]
-        if window.startup_wait:
+        if window.startup is not None:
             self.first_fetches.append(window.startup_wait)
         if figures.timed_steps:
             steps, examples, wall, wait = (
