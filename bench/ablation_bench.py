@@ -89,8 +89,8 @@ def execution_run(
     limit = execution.limit(steps)
 
     def run() -> int:
-        for _ in range(EPOCHS):
-            int(execute(iter(distributed), limit).steps)
+        for _ in range(EPOCHS):  # read as the loop reads a window: its device tensors
+            execution.finished(execute(iter(distributed), limit))
         return EPOCHS * steps * batch
 
     return run, nodes(execute, iter(distributed), limit)

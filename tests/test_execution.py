@@ -189,3 +189,28 @@ def test_a_window_reads_nothing_from_the_device_until_it_closes():
     assert reads == []
     figures = read(window)
     assert reads and figures.examples == 64.0 and window.startup_wait == 0.25
+
+
+def test_timing_waits_for_the_device_not_for_the_host_side_step_count():
+    """``execution.timed`` (the tuner's and diagnose's clock) stops once the device has run the
+    calls: it reads the last call's device tensors. ``steps`` comes from the loop's host-side
+    control (int32 in host memory), ready while a GPU may still run the steps."""
+    read = []
+
+    class Device:
+        def __init__(self, name):
+            self.name = name
+
+        def numpy(self):
+            read.append(self.name)
+            return 0.0
+
+    def execute(iterator, limit):
+        return execution.Executed(
+            4, Device("wait"), Device("first_wait"), Device("examples"), Device("first_bad"),
+            {"loss": Device("loss")},
+        )  # fmt: skip
+
+    seconds, starts, outputs = execution.timed(execute, None, steps=8, per_call=4)
+    assert len(outputs) == 2 and len(starts) == 2 and seconds >= 0
+    assert {"examples", "first_bad", "loss"} <= set(read)

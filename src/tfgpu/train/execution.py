@@ -390,8 +390,20 @@ def timed(
     for _ in range(max(1, steps // per_call)):
         starts.append(time.perf_counter() - start)
         outputs.append(execute(iterator, per))
-    int(outputs[-1].steps)  # the calls run in order: the last one's result waits for all
+    finished(outputs[-1])  # the calls run in order: the last one's device outputs wait for all
     return time.perf_counter() - start, starts, outputs
+
+
+def finished(outputs: Executed) -> None:
+    """Return once the device has run the execution that gave ``outputs`` (and every one before
+    it): read its device tensors (the logs, the row and finite counts). Not ``steps``: it is
+    host memory, computed by the loop's host-side control, so it can be ready while the device
+    still runs the steps (``ingraph.in_graph_loop``)."""
+    import tensorflow as tf
+
+    for value in [outputs.examples, outputs.first_bad, *tf.nest.flatten(outputs.logs)]:
+        if hasattr(value, "numpy"):
+            value.numpy()
 
 
 def rate(
