@@ -389,7 +389,10 @@ class EpochLoop(Loop):
             # with the epoch's length known (arrays) every execution takes its limit; otherwise
             # read the count, a host-side int32 that does not wait for the device
             taken = limit if self.setup.train.arrays_given else int(stats.steps)
-            warm_up = None if execute in self.warmed else time.perf_counter() - called
+            warm_up = None
+            if execute not in self.warmed:  # its steps too, not only its tracing: left out whole
+                execution.finished(stats)
+                warm_up = time.perf_counter() - called
             if taken:
                 window.add(stats, taken=taken, epoch_start=epoch_start, warm_up=warm_up)
                 self.last = stats
