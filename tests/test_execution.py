@@ -214,3 +214,22 @@ def test_timing_waits_for_the_device_not_for_the_host_side_step_count():
     seconds, starts, outputs = execution.timed(execute, None, steps=8, per_call=4)
     assert len(outputs) == 2 and len(starts) == 2 and seconds >= 0
     assert {"examples", "first_bad", "loss"} <= set(read)
+
+
+def test_a_window_leaves_a_first_execution_out_of_its_wall_once():
+    """A first (tracing) execution's seconds already hold its own input wait: the steady wall
+    loses those seconds once, the wait loses that wait (not the wall twice)."""
+    import time
+
+    from tfgpu.train.windows import Window, read
+
+    def stats(wait):
+        return execution.Executed(4, wait, 0.0, 32.0, -1.0, {"loss": 0.5})
+
+    window = Window(0, 0, started=time.perf_counter() - 3.0)
+    window.add(stats(0.4), taken=4, warm_up=1.0)
+    window.add(stats(0.1), taken=4)
+    figures = read(window)
+    assert figures.timed_steps == 4 and figures.timed_examples == 32.0
+    assert 2.0 <= figures.wall < 2.3  # 3 s less the first call's 1 s (its 0.4 s of wait inside it)
+    assert abs(figures.wait - 0.1) < 1e-9

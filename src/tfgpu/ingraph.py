@@ -80,7 +80,7 @@ def in_graph_loop(
         )
 
     def end_of(optional: Any, done: Any) -> Any:
-        return tf.cond(optional.has_value(), lambda: tf.identity(limit), lambda: done)
+        return tf.cond(optional.has_value(), lambda: tf.cast(limit, tf.int32), lambda: done)
 
     if not fetch_ahead:
         return _fetch_at_top(iterator, limit, body, state, zero)
@@ -139,7 +139,7 @@ def _fetch_at_top(
         )
 
     begin = tf.constant(0, tf.int32)
-    done, _, state = tf.while_loop(more, step, (begin, tf.identity(limit), state))
+    done, _, state = tf.while_loop(more, step, (begin, tf.cast(limit, tf.int32), state))
     return Looped(done, zero, zero, state)
 
 

@@ -101,17 +101,18 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
     # side-by-side executions wait in parallel: the share is of all workers' time
     wait /= window.workers
     raw_wall = time.perf_counter() - window.started
-    wall, timed, timed_examples, left_out = raw_wall, window.steps, examples, window.startup_wait
-    if window.warm_up is not None:
+    wall_out = wait_out = window.startup_wait
+    timed, timed_examples = window.steps, examples
+    if window.warm_up is not None:  # its seconds hold its own input wait: the wall loses them once
         seconds, taken, stats = window.warm_up
-        wall, timed, left_out = wall - seconds, timed - taken, float(stats.wait)
+        wall_out, wait_out, timed = seconds, float(stats.wait), timed - taken
         timed_examples -= float(stats.examples) * workers
     return WindowFigures(
         logs,
         window.steps,
         examples,
-        max(0.0, wall - left_out),
-        max(0.0, wait - left_out),
+        max(0.0, raw_wall - wall_out),
+        max(0.0, wait - wait_out),
         timed,
         timed_examples,
         raw_wall,
