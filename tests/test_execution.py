@@ -162,6 +162,20 @@ def test_the_loop_s_condition_is_one_int32_comparison():
     assert any("LogicalAnd" in [op for op, _ in ops] for ops in loop_conditions(old, iter(dataset), limit))
 
 
+class Recorded:
+    """A device value that records each read of it (``float`` or ``numpy``), by name."""
+
+    def __init__(self, value, reads, name=None):
+        self.value, self.reads, self.name = value, reads, name
+
+    def __float__(self):
+        self.reads.append(self.name if self.name is not None else self.value)
+        return float(self.value)
+
+    def numpy(self):
+        return float(self)
+
+
 def test_a_window_reads_nothing_from_the_device_until_it_closes():
     """The window's one read (``windows.read``) is the only host-device sync of a window: adding
     an execution, the epoch's first among them, reads none of its outputs (a read mid-window
@@ -170,18 +184,9 @@ def test_a_window_reads_nothing_from_the_device_until_it_closes():
 
     reads = []
 
-    class Unread:
-        def __init__(self, value):
-            self.value = value
-
-        def __float__(self):
-            reads.append(self.value)
-            return float(self.value)
-
     def stats(first_wait):
-        return execution.Executed(
-            Unread(4), Unread(0.0), Unread(first_wait), Unread(32.0), Unread(-1.0), {"loss": Unread(0.5)}
-        )
+        values = [4, 0.0, first_wait, 32.0, -1.0]
+        return execution.Executed(*[Recorded(v, reads) for v in values], {"loss": Recorded(0.5, reads)})
 
     window = Window(0, 0)
     window.add(stats(0.25), taken=4, epoch_start=True)
@@ -197,19 +202,10 @@ def test_timing_waits_for_the_device_not_for_the_host_side_step_count():
     control (int32 in host memory), ready while a GPU may still run the steps."""
     read = []
 
-    class Device:
-        def __init__(self, name):
-            self.name = name
-
-        def numpy(self):
-            read.append(self.name)
-            return 0.0
-
     def execute(iterator, limit):
-        return execution.Executed(
-            4, Device("wait"), Device("first_wait"), Device("examples"), Device("first_bad"),
-            {"loss": Device("loss")},
-        )  # fmt: skip
+        names = ["wait", "first_wait", "examples", "first_bad"]
+        devices = [Recorded(0.0, read, name) for name in names]
+        return execution.Executed(4, *devices, {"loss": Recorded(0.0, read, "loss")})
 
     seconds, starts, outputs = execution.timed(execute, None, steps=8, per_call=4)
     assert len(outputs) == 2 and len(starts) == 2 and seconds >= 0

@@ -76,6 +76,7 @@ class WindowFigures:
     timed_examples: float
     raw_wall: float
     raw_wait: float
+    startup_wait: float = 0.0  # the epoch's first fetch, read here with the rest (Window.startup)
 
     @property
     def loss(self) -> float:
@@ -101,7 +102,7 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
     # side-by-side executions wait in parallel: the share is of all workers' time
     wait /= window.workers
     raw_wall = time.perf_counter() - window.started
-    wall_out = wait_out = window.startup_wait
+    startup_wait = wall_out = wait_out = window.startup_wait
     timed, timed_examples = window.steps, examples
     if window.warm_up is not None:  # its seconds hold its own input wait: the wall loses them once
         seconds, taken, stats = window.warm_up
@@ -117,6 +118,7 @@ def read(window: Window, *, workers: int = 1, nan_raises: bool = True) -> Window
         timed_examples,
         raw_wall,
         wait,
+        startup_wait,
     )
 
 
@@ -215,7 +217,7 @@ class RunLog:
         if window.warm_up is not None:
             self.tracing_s += window.warm_up[0]
         if window.startup is not None:
-            self.first_fetches.append(window.startup_wait)
+            self.first_fetches.append(figures.startup_wait)
         if figures.timed_steps:
             steps, examples, wall, wait = (
                 figures.timed_steps,
