@@ -14,7 +14,7 @@ together, against the bare in-graph loop, in one process on one device, interlea
   step's stateful ops and state; ``no finite``, ``no rows``, ``no step_logs``, ``no sharing``,
   ``fetch at top``: the other extras (``execution.Extras``); ``none``: all of them off;
 - ``... stop on device``: the loop's condition as it was before (a bool op a GPU computes and
-  the loop copies back each step; ``ingraph.in_graph_loop``'s ``host_stop``);
+  the loop copies back each step; ``execution.in_graph_loop``'s ``host_stop``);
 - ``tfgpu.fit arrays`` / ``tfgpu.fit tf.data``: the whole fit (its Python, its windows and its
   input: the gather by index from arrays on the device, or the same ``tf.data`` input).
 
@@ -57,7 +57,7 @@ OFF = {
     "no step_logs": {"step_logs": False},
     "no sharing": {"sharing": False},
     "fetch at top": {"fetch_ahead": False},
-    "stop on device": {"host_stop": False},  # the loop's condition before (ingraph.in_graph_loop)
+    "stop on device": {"host_stop": False},  # the loop's condition before (execution.in_graph_loop)
     "none": {
         "wait": False,
         "finite": False,

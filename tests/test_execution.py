@@ -104,7 +104,7 @@ def test_the_in_graph_loop_takes_each_batch_once_and_stops_at_the_end(
 ):
     """Every shape of the loop (the ablation bench's rows too) takes the batches in order, each
     once across calls, up to ``per_call`` a call, and stops at the data's end."""
-    from tfgpu.ingraph import in_graph_loop
+    from tfgpu.train.execution import in_graph_loop
 
     dataset = tf.data.Dataset.range(rows)
 

@@ -41,7 +41,6 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "exposure",
                 "files",
                 "host",
-                "ingraph",
                 "loader",
                 "monitor",
                 "nvml",
@@ -276,9 +275,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "options",
                 "remat",
                 "task",
-                "tuning.kept",  # a kept or saved tuning: read and checked where the options are
-                "tuning.options",
-                "tuning.result",
+                "tuning.result",  # what a tuning found, and its kept file (read where the options are)
             }
         ),
     ),
@@ -296,7 +293,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 
 
 def train_unit(dotted: str) -> str:
-    """``tfgpu.train.tuning.kept`` -> ``tuning.kept``; the package itself -> ``__init__``."""
+    """``tfgpu.train.tuning.result`` -> ``tuning.result``; the package itself -> ``__init__``."""
     rest = dotted.removeprefix("tfgpu.train").lstrip(".")
     return rest or "__init__"
 

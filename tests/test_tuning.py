@@ -499,21 +499,26 @@ def test_a_saved_tuning_is_trained_with_without_measuring(tmp_path):
 
 
 def test_a_bad_saved_tuning_is_one_message(tmp_path):
-    from tfgpu.train import TrainOptions
+    """A missing file is refused by the options; one tfgpu did not write, by the Trainer before
+    it builds anything (the task's model builder is never called)."""
+    from tfgpu.train import Task, Trainer, TrainOptions
 
+    with pytest.raises(ConfigError, match="not a tuning tfgpu wrote .*no such file") as caught:
+        TrainOptions(tuning_file=str(tmp_path / "missing.json"))
+    assert "tfgpu tune" in caught.value.fix
+    built = []
+    task = Task(model=lambda: built.append(1) or model(), train_data=data(), batch_size=16)
     for text, match in (
-        (None, "FileNotFoundError"),
         ("{not json", "JSONDecodeError"),
         ('{"choices": {"warp": 9}}', "unknown choices"),
         ('{"choices": {"steps_per_execution": "many"}}', "ValueError"),
     ):
         path = tmp_path / "t.json"
-        path.unlink(missing_ok=True)
-        if text is not None:
-            path.write_text(text)
+        path.write_text(text)
         with pytest.raises(ConfigError, match=match) as caught:
-            TrainOptions(tuning_file=str(path))
+            Trainer(task, strategy=local_strategy(1), tuning_file=str(path))
         assert caught.value.value == str(path) and "tfgpu tune" in caught.value.fix
+    assert built == []
     good = saved_tuning(tmp_path / "good.json", {"steps_per_execution": 4})
     with pytest.raises(ConfigError, match="exclude each other"):
         TrainOptions(tuning_file=good, tune=True)

@@ -209,7 +209,7 @@ class ModelDevice:
         the strategy's replicas (inside ``session``)."""
         import tensorflow as tf
 
-        from tfgpu.ingraph import bounded
+        from tfgpu.train.execution import bounded
 
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

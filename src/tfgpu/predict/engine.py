@@ -448,14 +448,14 @@ def _run(
     """Predict every batch of ``iterator`` into ``sink``.
 
     Each compiled call takes up to ``per_call`` batches from the iterator inside the graph
-    (``ingraph.in_graph_loop``) and returns their ids and outputs concatenated, still on the
+    (``train.execution.in_graph_loop``) and returns their ids and outputs concatenated, still on the
     device. The host does not read them: a background thread moves them to host memory, reorders
     them and writes the shards while the devices compute the next call. The queue between the two
     holds a few calls, so memory stays bounded.
     """
     import tensorflow as tf
 
-    from tfgpu.ingraph import growing_array, in_graph_loop, local_rows
+    from tfgpu.train.execution import growing_array, in_graph_loop, local_rows
 
     def body(batch: Any, arrays: Any, index: Any) -> Any:
         ids, features = batch

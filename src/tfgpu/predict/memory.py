@@ -4,7 +4,7 @@ Rows are gathered by index from tensors made once (no copy of ``x``), in global 
 batch is filled up with rows from the start, so every replica always gets a full, equal share
 (no empty replica, one traced shape) and the extra rows are cut off at the end. Each replica's
 slice of a global batch is contiguous and in replica order, so concatenating the replicas' outputs
-keeps the input order. K batches run per compiled call (``ingraph.in_graph_loop``); outputs are
+keeps the input order. K batches run per compiled call (``train.execution.in_graph_loop``); outputs are
 collected on the device and copied to host memory by a background thread while the next call runs.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from tfgpu import distribute, host
 from tfgpu.data.pipeline import in_memory_options
 from tfgpu.errors import ConfigError
-from tfgpu.ingraph import bounded
+from tfgpu.train.execution import bounded
 
 DEFAULT_BATCH = 32  # Keras's
 DEFAULT_STEPS_PER_EXECUTION = 16
@@ -240,7 +240,7 @@ def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool)
     import tensorflow as tf
     from keras.src.backend import compute_output_spec  # what Keras's own symbolic build uses
 
-    from tfgpu.ingraph import growing_array, in_graph_loop, local_rows
+    from tfgpu.train.execution import growing_array, in_graph_loop, local_rows
 
     # arrays are x alone; a dataset's elements are what Keras's predict_step unpacks: x, or (x, y...)
     x_spec = spec if arrays else _x_of(spec)

@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfgpu import distribute, host
 from tfgpu.errors import ConfigError, TfgpuError
-from tfgpu.ingraph import bounded
 from tfgpu.text import counted
+from tfgpu.train.execution import bounded
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task

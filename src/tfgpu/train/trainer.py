@@ -22,14 +22,13 @@ from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import model as model_setup
 from tfgpu.train import proof, remat
 from tfgpu.train.loop import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
-from tfgpu.train.options import TrainOptions
+from tfgpu.train.options import Config, TrainOptions
 from tfgpu.train.ps_loop import ParameterServerLoop
 from tfgpu.train.result import Progress, TrainResult
 from tfgpu.train.setup import Setup
 from tfgpu.train.task import Task
-from tfgpu.train.tuning.kept import input_options
-from tfgpu.train.tuning.options import Config
-from tfgpu.train.tuning.result import Tuning
+from tfgpu.train.tuning import result as tuning_result
+from tfgpu.train.tuning.result import Tuning, input_options
 from tfgpu.train.tuning.session import Session
 
 log = logging.getLogger(__name__)
@@ -56,6 +55,9 @@ class Trainer:
         **overrides: Any,
     ) -> None:
         options = TrainOptions.of(options, what="Trainer option", **overrides)
+        saved = (
+            tuning_result.read(options.tuning_file) if options.tuning_file else None
+        )  # before anything is built
         self.backup, others = callback_setup.split_backup(task.callbacks)
         if self.backup is not None:
             options = callback_setup.backup_options(options, self.backup)
@@ -75,9 +77,9 @@ class Trainer:
         self.loop: Loop = self._loop(options)
         self.tuning: Tuning | None = None  # what tune=True (or a saved tuning) chose
         self.proof: proof.Proof | None = None  # the replicas' first step against one device's
-        if options.tuning_file is not None:
+        if saved is not None:
             session = Session(self.setup, options=options)
-            found, config = session.saved(options.tuning_file)
+            found, config = session.saved(saved)
             self._apply(session, found, config, why=f"from {options.tuning_file}")
 
     @property

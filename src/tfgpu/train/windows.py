@@ -191,7 +191,7 @@ class RunLog:
 
     def measures(self, epoch: int) -> bool:
         """Whether the next window of ``epoch`` times the input wait. The timestamps that measure
-        it tie the host to each step (``ingraph.in_graph_loop``), which a GPU pays, so the run
+        it tie the host to each step (``execution.in_graph_loop``), which a GPU pays, so the run
         measures until one window of a steady epoch has timed steps past the warm-up, then one
         window in ``MEASURE_EVERY``; an epoch marked warm (one that fills a cache) has its own
         measured window, for its line. The run's wait share is the measured windows' (issue 54).

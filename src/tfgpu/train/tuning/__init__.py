@@ -45,10 +45,17 @@ timings; the run says so and trains as configured.
 
 from __future__ import annotations
 
-# The parts, by concern: ``options`` (what is asked, one configuration), ``tuner`` (measuring and
-# choosing), ``kept`` (the choice kept for the next run), ``result`` (what was found, rendered) and
-# ``session`` (a tuning over a run's setup, imported from there: it needs the training layer).
-from tfgpu.train.tuning.kept import (
+# The parts, by concern: what is asked and one configuration are the options tree's
+# (``train.options``), ``tuner`` (measuring and choosing), ``result`` (what was found, rendered,
+# and kept for the next run) and ``session`` (a tuning over a run's setup, imported from there: it
+# needs the training layer).
+from tfgpu.train.options import ALL_KNOBS, DEFAULT_KNOBS, KNOBS, POLICIES, Config, TuneOptions
+from tfgpu.train.tuning.result import (
+    FILE,
+    ROUNDS,
+    TRIAL_COLUMNS,
+    Trial,
+    Tuning,
     config_of,
     differences,
     input_options,
@@ -58,26 +65,24 @@ from tfgpu.train.tuning.kept import (
     load,
     read,
     save,
+    short,
+    trial_row,
 )
-from tfgpu.train.tuning.options import (
-    ALL_KNOBS,
-    DEFAULT_KNOBS,
-    FILE,
-    KNOBS,
+from tfgpu.train.tuning.tuner import (
     LOSS_RTOL,
     MAX_ROUNDS,
     MIN_BATCH_GAIN,
     MIN_GAIN,
     MIN_ROUNDS,
-    POLICIES,
     PRECISION_RTOL,
-    ROUNDS,
     STEPS,
-    Config,
-    TuneOptions,
+    DoesNotFit,
+    Measures,
+    Tuner,
+    budget,
+    decide,
+    verdict,
 )
-from tfgpu.train.tuning.result import TRIAL_COLUMNS, Trial, Tuning, short, trial_row
-from tfgpu.train.tuning.tuner import DoesNotFit, Measures, Tuner, budget, decide, verdict
 
 __all__ = [
     "ALL_KNOBS",

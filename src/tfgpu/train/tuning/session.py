@@ -13,10 +13,9 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.train import execution
-from tfgpu.train.options import TrainOptions
+from tfgpu.train.options import Config, TrainOptions, TuneOptions
 from tfgpu.train.setup import Setup
-from tfgpu.train.tuning import kept
-from tfgpu.train.tuning.options import Config, TuneOptions
+from tfgpu.train.tuning import result
 from tfgpu.train.tuning.result import Tuning
 from tfgpu.train.tuning.tuner import DoesNotFit, Tuner, first_line
 
@@ -50,18 +49,18 @@ class Session:
             choices.record("tuning", "none", note)
             return Tuning(seconds=0.0, choices={}, gains={}, notes=[note]), self.untuned
         parts = self.key_parts(self.tune.keyed)
-        key = kept.key_of(parts)
-        path = kept.kept_path(
+        key = result.key_of(parts)
+        path = result.kept_path(
             checkpoint_dir=self.options.checkpoint_dir, log_dir=self.options.log_dir, key=key
         )
-        found, why = kept.load(path, parts) if self.tune.keep else (None, "")
+        found, why = result.load(path, parts) if self.tune.keep else (None, "")
         if found is None:
             found = self._measured(epochs=epochs, steps=steps, why=why)
             found = dataclasses.replace(found, key=key, parts=parts)
             if self.tune.keep and self.setup.is_chief:
-                kept.save(path, parts, found)
+                result.save(path, parts, found)
         log.info("%s", found.line())
-        return found, kept.config_of(found, self.untuned)
+        return found, result.config_of(found, self.untuned)
 
     def _measured(self, *, epochs: int | None, steps: int | None, why: str) -> Tuning:
         source = self.setup.train
@@ -97,11 +96,9 @@ class Session:
         iterator of its input. Out of device memory: ``DoesNotFit``."""
         import tensorflow as tf
 
-        from tfgpu.train.tuning.kept import input_options
-
         setup = self.setup_for(config)
         execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile)
-        options = input_options() if config.input else None
+        options = result.input_options() if config.input else None
         try:
             found, loss, self.examples_per_step = execution.rate(
                 execute,
@@ -117,15 +114,15 @@ class Session:
     def model(self, config: Config) -> Any:
         return self.setup_for(config).model
 
-    def saved(self, path: str) -> tuple[Tuning, Config]:
-        """A saved tuning's choice (``tfgpu train --config``), less what this run cannot train
-        with; what differs from the run it was measured on is said (it is used all the same: the
-        user asked for it)."""
-        found = dataclasses.replace(kept.read(path), notes=[])  # its own notes were its measurement's
-        changed = kept.differences(found.parts, self.key_parts(tuple(found.choices)))
+    def saved(self, saved: Tuning) -> tuple[Tuning, Config]:
+        """A saved tuning's choice (``tfgpu train --config``, read by ``result.read``), less what
+        this run cannot train with; what differs from the run it was measured on is said (it is
+        used all the same: the user asked for it)."""
+        found = dataclasses.replace(saved, notes=[])  # its own notes were its measurement's
+        changed = result.differences(found.parts, self.key_parts(tuple(found.choices)))
         if changed:
             found.notes.append(f"measured for another run: {', '.join(changed)} differ")
-        return found, self._usable(kept.config_of(found, self.untuned), notes=found.notes)
+        return found, self._usable(result.config_of(found, self.untuned), notes=found.notes)
 
     def _usable(self, config: Config, *, notes: list[str]) -> Config:
         """``config`` less what this run cannot train with: each dropped choice said in ``notes``."""
@@ -150,11 +147,11 @@ class Session:
         return config
 
     def key_parts(self, knobs: tuple[str, ...]) -> dict[str, str]:
-        """What a tuning of this run depends on (``kept.key_parts``)."""
+        """What a tuning of this run depends on (``result.key_parts``)."""
         from tfgpu import distribute
 
         devices, _ = distribute.replica_devices(self.setup.strategy)
-        return kept.key_parts(
+        return result.key_parts(
             model=self.setup.model,
             spec=self.setup.train.spec(),
             strategy=self.setup.strategy,

@@ -12,25 +12,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from tfgpu.errors import ConfigError
-from tfgpu.train.tuning.options import (
-    BUDGET_CAP_S,
-    BUDGET_FLOOR_S,
-    BUDGET_SHARE,
-    DROP_CONFIDENCE,
-    LOSS_RTOL,
-    MAX_DOUBLINGS,
-    MAX_ROUNDS,
-    MIN_BATCH_GAIN,
-    MIN_GAIN,
-    MIN_ROUNDS,
-    PRECISION_RTOL,
-    ROUNDS,
-    STEPS,
-    TAKE_CONFIDENCE,
-    Config,
-    TuneOptions,
-)
-from tfgpu.train.tuning.result import Trial, short
+from tfgpu.train.options import Config, TuneOptions
+from tfgpu.train.tuning.result import ROUNDS, Trial, short
+
+STEPS = (1, 4, 16, 64, 256, 1024)
+MIN_GAIN = 1.03  # a choice must gain at least this (median of the paired rounds)
+MIN_BATCH_GAIN = 1.05  # a doubling of the batch must gain at least this
+MAX_DOUBLINGS = 8
+MIN_ROUNDS, MAX_ROUNDS = 3, 12  # the sequential test's (``verdict``)
+TAKE_CONFIDENCE, DROP_CONFIDENCE = 0.99, 0.8
+LOSS_RTOL = 1e-3  # XLA's loss against the step without it, over the same batches
+PRECISION_RTOL = 0.05  # mixed precision's loss against float32's, after the same steps
+BUDGET_FLOOR_S, BUDGET_CAP_S, BUDGET_SHARE = 20.0, 60.0, 0.05
 
 
 class DoesNotFit(Exception):
