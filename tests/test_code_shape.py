@@ -3,7 +3,8 @@ continue in the same block (PredictOptions once checked its format after the ``r
 another method, so ``fmt="csv"`` was accepted and failed later with a KeyError traceback); no
 class over ``MAX_METHODS`` methods; no module without a docstring saying what it holds; no function body in ``train/`` over ``MAX_BODY`` lines (issue
 55: ``keras_fit.fit`` was 152 lines); no method re-running its own ``__init__``; no module reading
-another's private names."""
+another's private names; no string-keyed record read in ``train/`` outside the edges that read
+JSON, Keras's or TensorFlow's dicts (issue 55)."""
 
 from __future__ import annotations
 
@@ -175,3 +176,74 @@ def test_every_module_says_what_it_holds():
         if not ast.get_docstring(ast.parse(path.read_text()))
     ]
     assert not bare, f"modules without a docstring: {bare}"
+
+
+# Where train/ may read a value by a string key: the JSON edge and dicts that are not tfgpu's
+# records (Keras's logs and configs, TensorFlow's answers), or mappings keyed by a knob's name.
+# (module relative to train/, function) -> why. Anything else is a record: make it a dataclass.
+KEYED_READS = {
+    ("checkpoints.py", "history_kept"): "the history file beside the checkpoints (JSON edge)",
+    ("execution.py", "_finite"): "Keras's logs, by metric name",
+    ("execution.py", "rate"): "Keras's logs, by metric name",
+    ("windows.py", "loss"): "Keras's logs, by metric name",
+    ("footprint.py", "lines"): "renders a footprint's JSON form (tfgpu diagnose --json read back)",
+    ("footprint.py", "_example"): "Keras's build config",
+    ("footprint.py", "layer_outputs"): "a layer instance's __dict__",
+    ("footprint.py", "_peak"): "TensorFlow's memory info",
+    ("footprint.py", "_capacities"): "the environment",
+    ("model.py", "_copy_adapted_state"): "a Keras layer's config",
+    ("model.py", "_build_error"): "the value an error shows the user",
+    ("options.py", "of"): "the flat keywords fit and the CLI pass (the options' edge)",
+    ("ps_loop.py", "fit"): "TF_CONFIG's cluster",
+    ("setup.py", "precision_for"): "TensorFlow's device details",
+    ("tuning/result.py", "from_dict"): "a kept tuning's file (JSON edge)",
+    ("tuning/result.py", "read"): "a kept tuning's file (JSON edge)",
+    ("tuning/result.py", "config_of"): "a kept tuning's choices, by knob",
+    ("tuning/tuner.py", "_xla"): "why a knob cannot be tried, by knob",
+    ("tuning/tuner.py", "_precision"): "why a knob cannot be tried, by knob",
+    ("tuning/tuner.py", "_batch"): "why a knob cannot be tried, by knob",
+}
+
+
+def keyed_reads(tree: ast.AST, path: str) -> list[tuple[str, str, str]]:
+    """(path, innermost function, key) for each ``x["key"]`` read and ``x.get("key")`` /
+    ``x.pop("key")`` call."""
+    found: list[tuple[str, str, str]] = []
+
+    def walk(node: ast.AST, function: str) -> None:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            function = node.name
+        key = None
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            key = node.args[0] if node.func.attr in ("get", "pop") else None
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.append((path, function, key.value))
+        for child in ast.iter_child_nodes(node):
+            walk(child, function)
+
+    walk(tree, "<module>")
+    return found
+
+
+def test_no_string_keyed_record_read_in_train_outside_its_edges():
+    train = SRC / "train"
+    found = [
+        f"{path}: {function} reads [{key!r}]"
+        for p in sorted(train.rglob("*.py"))
+        for path, function, key in keyed_reads(ast.parse(p.read_text()), p.relative_to(train).as_posix())
+        if (path, function) not in KEYED_READS
+    ]
+    assert not found, "string-keyed reads of a record (make it a dataclass, or say why here):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_keyed_read_check_sees_subscripts_and_gets():
+    code = 'def f(r):\n    return r["a"], r.get("b"), r.pop("c"), r[0], r.get(k)\n'
+    assert keyed_reads(ast.parse(code), "m.py") == [
+        ("m.py", "f", "a"),
+        ("m.py", "f", "b"),
+        ("m.py", "f", "c"),
+    ]

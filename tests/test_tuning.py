@@ -503,7 +503,7 @@ def test_a_bad_saved_tuning_is_one_message(tmp_path):
     it builds anything (the task's model builder is never called)."""
     from tfgpu.train import Task, Trainer, TrainOptions
 
-    with pytest.raises(ConfigError, match="not a tuning tfgpu wrote .*no such file") as caught:
+    with pytest.raises(ConfigError, match=r"not a tuning tfgpu wrote .*no such file") as caught:
         TrainOptions(tuning_file=str(tmp_path / "missing.json"))
     assert "tfgpu tune" in caught.value.fix
     built = []

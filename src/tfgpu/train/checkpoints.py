@@ -8,6 +8,7 @@ TensorFlow multi-worker guide prescribes.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,23 +46,26 @@ class Checkpoints:
                 raise _not_this_models(self.directory, path, error) from error
         return path
 
-    def save_history(self, epochs: list[dict[str, Any]]) -> None:
+    def save_history(self, epochs: list[KeptEpoch]) -> None:
         """Each finished epoch's logs beside the checkpoints (the chief's): a run started again
         after it finished gives its History back instead of an empty one (``history_kept``)."""
         if self.directory is None or not self.is_chief:
             return
         from tfgpu.files import write_json_atomic
 
-        write_json_atomic(self.directory / HISTORY, {"epochs": epochs})
+        write_json_atomic(
+            self.directory / HISTORY, {"epochs": [{"epoch": e.epoch, **e.logs} for e in epochs]}
+        )
 
-    def history_kept(self) -> list[dict[str, Any]]:
+    def history_kept(self) -> list[KeptEpoch]:
         """The epochs ``save_history`` kept ([] when none, or unreadable: only a courtesy)."""
         import json
 
         path = self.directory / HISTORY if self.directory else None
         try:
-            return list(json.loads(path.read_text())["epochs"]) if path and path.exists() else []
-        except (OSError, ValueError, KeyError, TypeError):
+            saved = json.loads(path.read_text())["epochs"] if path and path.exists() else []
+            return [KeptEpoch(int(e.pop("epoch")), e) for e in saved]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return []
 
     def save(self, step: int) -> str | None:
@@ -72,6 +76,15 @@ class Checkpoints:
             shutil.rmtree(self.manager.directory, ignore_errors=True)
             return None
         return path
+
+
+@dataclass(frozen=True)
+class KeptEpoch:
+    """A finished epoch's logs, as kept beside the checkpoints (``{"epoch": N, **logs}`` in the
+    file, the JSON edge)."""
+
+    epoch: int
+    logs: dict[str, Any]
 
 
 def _not_this_models(directory: Path | None, path: str, error: Exception) -> Exception:

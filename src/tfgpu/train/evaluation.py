@@ -8,7 +8,7 @@ left without rows by the last batch skips its step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution, model_cache
@@ -16,6 +16,14 @@ from tfgpu.train import model as model_setup
 from tfgpu.train.callbacks import pythonify
 
 ALL = 2**31 - 1
+
+
+class Evaluation(NamedTuple):
+    """What an evaluation found: the examples it counted, and the model's logs (Keras's names:
+    ``loss``, ``accuracy``, ...). ``Trainer.evaluate`` gives them as one dict, its edge."""
+
+    examples: float
+    logs: dict[str, Any]
 
 
 def evaluation_strategy(strategy: Any) -> Any:
@@ -41,8 +49,8 @@ class Evaluator:
         self._rows = execution.example_counter(strategy)
         self._run = execution.eval_execution(strategy, model, self._rows)
 
-    def __call__(self, source: Any, *, limit: int | None = None, callbacks: Any = None) -> dict[str, Any]:
-        """{"examples": n, **the model's logs} over up to ``limit`` batches of ``source`` (an Input).
+    def __call__(self, source: Any, *, limit: int | None = None, callbacks: Any = None) -> Evaluation:
+        """The examples and the model's logs over up to ``limit`` batches of ``source`` (an Input).
 
         The whole evaluation is one compiled call, unless a callback acts on every test batch:
         then one batch a call, each with its ``on_test_batch_begin`` / ``end`` and the running
@@ -68,7 +76,7 @@ class Evaluator:
                 callbacks.on_test_batch_end(steps - 1, logs)
         if callbacks is not None:
             callbacks.on_test_end(logs)
-        return {"examples": float(out.examples), **logs}
+        return Evaluation(examples=float(out.examples), logs=logs)
 
     def _batch_by_batch(
         self, iterator: Any, limit: int, callbacks: Any, acting: list[str]

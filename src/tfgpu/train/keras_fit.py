@@ -249,8 +249,7 @@ def evaluate(
             steps=steps or source.steps_per_epoch,
             history=False,
         )
-    logs = evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed)
-    logs.pop("examples")
+    logs = evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
     if return_dict:
         return logs
     return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure

@@ -31,8 +31,8 @@ from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution
 from tfgpu.train.callbacks import pythonify
-from tfgpu.train.checkpoints import Checkpoints
-from tfgpu.train.evaluation import evaluator_for
+from tfgpu.train.checkpoints import Checkpoints, KeptEpoch
+from tfgpu.train.evaluation import Evaluation, evaluator_for
 from tfgpu.train.options import TrainOptions
 from tfgpu.train.result import Progress, TrainResult
 from tfgpu.train.setup import Setup, describe
@@ -128,7 +128,7 @@ class Loop:
         self.counters = Counters()
         self.checkpoints: Checkpoints | None = None
         self.resumed_from: str | None = None
-        self.epochs_kept: list[dict[str, Any]] = []  # each finished epoch's logs (Checkpoints.save_history)
+        self.epochs_kept: list[KeptEpoch] = []  # each finished epoch's logs (Checkpoints.save_history)
         # the compiled functions called once (traced and instantiated): a window's measured one
         # and the lean one each pay that on their first call, which is warm-up
         self.warmed: set[Any] = set()
@@ -161,7 +161,7 @@ class Loop:
         self.counters = Counters(**{n: int(v.read_value()) for n, v in self._variables.items()})
         # the finished epochs' logs as of the checkpoint (a courtesy for a finished run started again)
         self.epochs_kept = (
-            [e for e in self.checkpoints.history_kept() if e.get("epoch", 1e9) < self.counters.epoch]
+            [e for e in self.checkpoints.history_kept() if e.epoch < self.counters.epoch]
             if self.resumed_from
             else []
         )
@@ -280,20 +280,17 @@ class Loop:
             else execution.compiled(self.model, self.setup.strategy, "metrics")()
         )
         if validation is not None and self.setup.eval_source is not None and validation.names(epoch):
-            val = self.evaluate(limit=validation.steps, callbacks=callbacks)
-            val.pop("examples", None)
+            val = self.evaluate(limit=validation.steps, callbacks=callbacks).logs
             logs.update({f"val_{k}": v for k, v in val.items()})
         run.end_epoch(epoch, logs)
-        self.epochs_kept.append({"epoch": epoch, **logs})
+        self.epochs_kept.append(KeptEpoch(epoch, dict(logs)))
         callbacks.on_epoch_end(epoch, logs)
         self.last = None
         self.counters.next_epoch()
         if self.options.checkpoint_epochs:
             self.save(self.counters.step, logs)
 
-    def evaluate(
-        self, data: Any = None, *, limit: int | None = None, callbacks: Any = None
-    ) -> dict[str, float]:
+    def evaluate(self, data: Any = None, *, limit: int | None = None, callbacks: Any = None) -> Evaluation:
         """The model's loss and metrics over every example of ``data`` (default: the eval data)."""
         source = self.setup.eval_input() if data is None else self.setup.input(data, training=False)
         return evaluator_for(self.setup.strategy, self.model)(source, limit=limit, callbacks=callbacks)
@@ -316,7 +313,7 @@ class Loop:
         histories = [c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History)]
         for history in histories:
             for entry in self.epochs_kept:
-                history.on_epoch_end(int(entry["epoch"]), {k: v for k, v in entry.items() if k != "epoch"})
+                history.on_epoch_end(entry.epoch, dict(entry.logs))
 
 
 class EpochLoop(Loop):

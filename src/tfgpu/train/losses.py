@@ -103,18 +103,15 @@ def scaled_as_one_device() -> Iterator[None]:
     keras_loss = check_keras()
     with _lock:
         if _depth == 0:
+            reduce = keras_loss.reduce_values
+            scale = keras_loss.scale_loss_for_distribution
+            unscale = keras_loss.unscale_loss_for_distribution
             _originals.update(
-                reduce_values=keras_loss.reduce_values,
-                scale_loss_for_distribution=keras_loss.scale_loss_for_distribution,
-                unscale_loss_for_distribution=keras_loss.unscale_loss_for_distribution,
-            )
-            keras_loss.scale_loss_for_distribution = _by_share(
-                _originals["scale_loss_for_distribution"], unscale=False
-            )
-            keras_loss.unscale_loss_for_distribution = _by_share(
-                _originals["unscale_loss_for_distribution"], unscale=True
-            )
-            keras_loss.reduce_values = _scaled(_originals["reduce_values"], keras_loss)
+                reduce_values=reduce, scale_loss_for_distribution=scale, unscale_loss_for_distribution=unscale
+            )  # put back by name at the last exit
+            keras_loss.scale_loss_for_distribution = _by_share(scale, unscale=False)
+            keras_loss.unscale_loss_for_distribution = _by_share(unscale, unscale=True)
+            keras_loss.reduce_values = _scaled(reduce, keras_loss)
         _depth += 1
     try:
         yield

@@ -267,7 +267,8 @@ class Trainer:
         """The model's loss and metrics over every example of ``data`` (default: the task's eval
         data), exact whatever the replicas and workers, with ``examples`` counted; up to ``limit``
         batches."""
-        return self.loop.evaluate(data, limit=limit, callbacks=callbacks)
+        found = self.loop.evaluate(data, limit=limit, callbacks=callbacks)
+        return {"examples": found.examples, **found.logs}
 
     def _prove(self) -> proof.Proof | None:
         """``train.proof`` before the first step: the replicas' step against one device's, on
