@@ -283,7 +283,8 @@ class Loop:
             val = self.evaluate(limit=validation.steps, callbacks=callbacks).logs
             logs.update({f"val_{k}": v for k, v in val.items()})
         run.end_epoch(epoch, logs)
-        self.epochs_kept.append(KeptEpoch(epoch, dict(logs)))
+        if self.checkpoints is not None:  # kept beside them (``save``)
+            self.epochs_kept.append(KeptEpoch(epoch, dict(logs)))
         callbacks.on_epoch_end(epoch, logs)
         self.last = None
         self.counters.next_epoch()
