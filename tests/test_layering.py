@@ -281,7 +281,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "options",
                 "remat",
                 "task",
-                "tuning.result",  # what a tuning found, and its kept file (read where the options are)
+                "tuning.result",  # what a tuning found, and its kept file (read by the Trainer before it builds)
             }
         ),
     ),

@@ -16,7 +16,6 @@ from typing import Any
 from tfgpu import distribute, host
 from tfgpu.data.pipeline import in_memory_options
 from tfgpu.errors import ConfigError
-from tfgpu.train.execution import bounded
 
 DEFAULT_BATCH = 32  # Keras's
 DEFAULT_STEPS_PER_EXECUTION = 16
@@ -46,6 +45,7 @@ def predict_arrays(
 
     from tfgpu.train import split
     from tfgpu.train.evaluation import evaluation_strategy
+    from tfgpu.train.execution import bounded
     from tfgpu.train.options import Placement
 
     placement = Placement(devices_per_replica=devices_per_replica, micro_batches=micro_batches)

@@ -64,7 +64,7 @@ class Checkpoints:
         path = self.directory / HISTORY if self.directory else None
         try:
             saved = json.loads(path.read_text())["epochs"] if path and path.exists() else []
-            return [KeptEpoch(int(e.pop("epoch")), e) for e in saved]
+            return [KeptEpoch(int(e.pop("epoch")), e) for e in saved if isinstance(e, dict) and "epoch" in e]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return []
 
