@@ -65,7 +65,7 @@ class Checkpoints:
         try:
             saved = json.loads(path.read_text())["epochs"] if path and path.exists() else []
             return [KeptEpoch(int(e.pop("epoch")), e) for e in saved if isinstance(e, dict) and "epoch" in e]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (OSError, ValueError, KeyError, TypeError):
             return []
 
     def save(self, step: int) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,9 @@ class TuneOptions:
         (None: no tuning). ``batch_size="auto"`` alone tunes the batch only."""
         if isinstance(tune, cls):
             knobs = tune.knobs + (("batch_size",) if auto_batch and "batch_size" not in tune.knobs else ())
-            return replace(tune, knobs=knobs, budget_s=tune.budget_s if budget_s is None else budget_s)
+            return dataclasses.replace(
+                tune, knobs=knobs, budget_s=tune.budget_s if budget_s is None else budget_s
+            )
         if tune is None or tune is False:
             if auto_batch:
                 return cls(knobs=("batch_size",), budget_s=budget_s)
