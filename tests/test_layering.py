@@ -40,6 +40,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "errors",
                 "exposure",
                 "files",
+                "graphs",
                 "host",
                 "loader",
                 "monitor",

@@ -32,6 +32,7 @@ from tfgpu import choices, host
 from tfgpu.data.manifest import Feature, Manifest, Shard, load
 from tfgpu.data.options import PipelineOptions
 from tfgpu.errors import ConfigError, InputError
+from tfgpu.graphs import as_written
 
 CHUNK = 256  # records read and parsed together
 BUFFER = 1 << 20  # TFRecord read buffer
@@ -206,7 +207,7 @@ def _reader(tf: Any, compression: str | None, on_corrupt: str) -> Callable[..., 
                 records = tf.cond(last, lambda: data[:-1], lambda: data)  # no copy of full chunks
                 return first_row + k * CHUNK + tf.range(size), records
 
-        return marked.batch(CHUNK).enumerate().map(checked)
+        return marked.batch(CHUNK).enumerate().map(as_written(checked))
 
     return read
 
@@ -375,7 +376,10 @@ class Stages:
     def read(self, ds: Any) -> Any:
         cycle = max(1, min(len(self.where.files), host.cores(), 16))  # wider spreads the same cores thinner
         return ds.interleave(
-            self._read, cycle_length=cycle, num_parallel_calls=cycle, deterministic=self.options.deterministic
+            as_written(self._read),
+            cycle_length=cycle,
+            num_parallel_calls=cycle,
+            deterministic=self.options.deterministic,
         )
 
     def shard(self, ds: Any) -> Any:
@@ -392,7 +396,9 @@ class Stages:
             out[ID] = ids
             return out
 
-        ds = ds.map(parse, num_parallel_calls=self.parallel, deterministic=self.options.deterministic)
+        ds = ds.map(
+            as_written(parse), num_parallel_calls=self.parallel, deterministic=self.options.deterministic
+        )
         return ds.unbatch() if self.per_element else ds
 
     def decode(self, ds: Any) -> Any:
@@ -402,7 +408,9 @@ class Stages:
             out = {n: (decoders[n](v) if n in images else v) for n, v in element.items()}
             return {**augment(out), ID: out[ID]} if fuse else out  # type: ignore[misc]
 
-        return ds.map(decode, num_parallel_calls=self.parallel, deterministic=self.options.deterministic)
+        # with the user's augment fused in, tf.data converts it as it would the user's own map
+        fn = decode if fuse else as_written(decode)
+        return ds.map(fn, num_parallel_calls=self.parallel, deterministic=self.options.deterministic)
 
     def cache(self, ds: Any) -> Any:
         return ds.cache(self.cache_path or "") if self.cache_mode != "off" else ds
@@ -411,7 +419,7 @@ class Stages:
         return ds.shuffle(self.buffer, seed=self.options.seed, reshuffle_each_iteration=True)
 
     def augment(self, ds: Any) -> Any:
-        augment = self.augment_fn
+        augment = self.augment_fn  # the user's: converted by tf.data as their own map would be
         return ds.map(
             lambda e: {**augment(e), ID: e[ID]},  # type: ignore[misc]
             num_parallel_calls=self.parallel,
@@ -443,7 +451,9 @@ class Stages:
     def finish(self, ds: Any, *, input_context: Any) -> Any:
         tf, options = self.tf, self.options
         ds = self.whole_steps(ds, input_context)
-        ds = ds.map(_output(self.manifest, with_ids=options.with_ids, supervised=options.supervised))
+        ds = ds.map(
+            as_written(_output(self.manifest, with_ids=options.with_ids, supervised=options.supervised))
+        )
         data_options = parallel_options(tf, autotune=options.autotune)
         data_options.deterministic = options.deterministic
         data_options.experimental_optimization.map_fusion = True

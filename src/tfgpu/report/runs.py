@@ -100,7 +100,7 @@ def training_section(training: dict[str, Any]) -> Section:
             ylabel="examples/s",
         )
     )
-    # the windows that measured the input wait (the others say None: ``RunLog.measures``)
+    # every window measures the input wait (None only in a record written before it did)
     steps = [
         {"t": p["t"], "wait": p["input_wait"], "compute": 1 - p["input_wait"]}
         for p in timeline

@@ -186,11 +186,11 @@ class StepLogs:
 @dataclass(frozen=True)
 class Extras:
     """What a training execution does on each step besides the model's own step. The loop runs
-    them all (``ALL``) in the windows that measure the input wait (the first past the warm-up,
-    then one in ten) and ``LEAN`` (no wait timestamps, whose control dependencies tie the host
-    to every step) in the rest
-    (``windows.RunLog.measures``); ``bench/ablation_bench.py`` switches each off to price it on
-    the device (issue 54), so what it measures is this function, not a copy of it.
+    them all (``ALL``), in one traced execution: a second, lean variant without the wait
+    timestamps cost a second trace and bought nothing measurable on an H200 (0.71x / 0.44x of
+    the bare loop with them, 0.70x / 0.44x without; issue 65). ``bench/ablation_bench.py``
+    switches each off to price it on the device (issue 54), so what it measures is this
+    function, not a copy of it.
 
     - ``wait``: the input-wait timestamps and the control dependencies they add on the step's
       stateful ops and state (``in_graph_loop``'s ``measure``);
@@ -216,31 +216,39 @@ class Extras:
 
 
 ALL = Extras()
-LEAN = Extras(wait=False)
 
 
 def compiled(
-    model: Any, strategy: Any, name: str = "train", *, jit_compile: bool = False, extras: Extras = ALL
+    model: Any,
+    strategy: Any,
+    name: str = "train",
+    *,
+    jit_compile: bool = False,
+    known: bool = False,
+    extras: Extras = ALL,
 ) -> Any:
-    """``model``'s compiled "train" execution (with or without XLA, with ``extras``), "skip" or
-    "metrics" function under ``strategy``, made once per model, strategy and compiled state
-    (``train.model_cache``): the loop calls it as it is, and the tuner times it through
-    ``rate``. The key holds the strategy object (a freed one's id is reused)."""
+    """``model``'s compiled "train" execution (with or without XLA; ``known``: every call takes
+    its whole limit, see ``in_graph_loop``), "skip" or "metrics" function under ``strategy``,
+    made once per model, strategy and compiled state (``train.model_cache``): the loop calls it
+    as it is, the tuner times it through ``rate``, and diagnose profiles it. The key holds the
+    strategy object (a freed one's id is reused)."""
 
     def make() -> Any:
         if name == "skip":
             return skip_batches()
         if name == "metrics":
             return metrics_reader(model)
-        return train_execution(strategy, model, jit_compile=jit_compile, extras=extras)
+        return train_execution(strategy, model, jit_compile=jit_compile, known=known, extras=extras)
 
-    return model_cache.function(model, (name, strategy, jit_compile, extras), make)
+    return model_cache.function(model, (name, strategy, jit_compile, known, extras), make)
 
 
 def train_execution(
-    strategy: Any, model: Any, *, jit_compile: bool, extras: Extras = ALL
+    strategy: Any, model: Any, *, jit_compile: bool, known: bool = False, extras: Extras = ALL
 ) -> Callable[[Any, Any], Executed]:
-    """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring)."""
+    """fn(iterator, limit) -> accumulators of up to ``limit`` steps (see the module docstring);
+    ``known``: exactly ``limit`` (``in_graph_loop``). Traced without AutoGraph, as Keras traces
+    its own step functions: the model's ``train_step`` is called as ``Model.fit`` calls it."""
     import tensorflow as tf
 
     if model.optimizer is not None and _replicated(strategy):
@@ -248,7 +256,7 @@ def train_execution(
     # each replica's losses scaled by its share of the rows
     step = losses.sharing(model.train_step) if extras.sharing else model.train_step
     if jit_compile:
-        step = tf.function(step, jit_compile=True)
+        step = tf.function(step, jit_compile=True, autograph=False)
     step_logs = StepLogs(strategy, model)
     one = tf.constant(1.0)
 
@@ -266,7 +274,7 @@ def train_execution(
             step_logs.update(outputs, last) if extras.step_logs else last,
         )
 
-    @tf.function
+    @tf.function(autograph=False)
     def execute(iterator: Any, limit: Any) -> Executed:
         start = (tf.constant(0.0), tf.constant(0.0), step_logs.start())
         out = in_graph_loop(
@@ -275,6 +283,7 @@ def train_execution(
             body,
             start,
             measure=extras.wait,
+            known=known,
             fetch_ahead=extras.fetch_ahead,
             host_stop=extras.host_stop,
         )
@@ -301,7 +310,7 @@ def skip_batches() -> Callable[[Any, Any], Any]:
     """fn(iterator, n): take n batches without training (resuming mid-epoch); returns how many."""
     import tensorflow as tf
 
-    @tf.function
+    @tf.function(autograph=False)
     def skip(iterator: Any, n: Any) -> Any:
         return in_graph_loop(iterator, n, lambda batch, state, index: state, tf.constant(0)).steps
 
@@ -355,7 +364,7 @@ def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, An
         parts = strategy.experimental_local_results(tf.nest.flatten(batch)[0])
         return step_logs.update(outputs, state, ran=[tf.shape(p)[0] > 0 for p in parts])
 
-    @tf.function
+    @tf.function(autograph=False)
     def evaluate(iterator: Any, limit: Any) -> Evaluated:
         out = in_graph_loop(iterator, limit, body, step_logs.start())
         return Evaluated(counter.read_value(), out.steps, step_logs.result(out.state))
@@ -367,7 +376,7 @@ def metrics_reader(model: Any) -> Callable[[], dict[str, Any]]:
     """fn() -> the model's metric results, read outside the replicas in one compiled call."""
     import tensorflow as tf
 
-    return tf.function(model.get_metrics_result)
+    return tf.function(model.get_metrics_result, autograph=False)
 
 
 # -- timing: the loop's own calls, timed (diagnose and tune=True) ------------------------------
@@ -478,6 +487,7 @@ def in_graph_loop(
     state: Any,
     *,
     measure: bool = False,
+    known: bool = False,
     fetch_ahead: bool = True,
     host_stop: bool = True,
 ) -> Looped:
@@ -509,12 +519,19 @@ def in_graph_loop(
     leave it out: ``wait`` is then 0, and the first fetch's wait (``first_wait``, before any
     step: no tie) is still timed.
 
+    ``known``: the caller knows ``limit`` batches are there (arrays, a dataset whose length
+    tf.data knows, on one device: ``loop.EpochLoop``), so the loop is the bare one
+    (``_known_length``): ``get_next`` at the top of each step, no optional, no end-of-data
+    branch.
+
     ``fetch_ahead=False`` (the ablation bench's row only): fetch at the top of each iteration
     and run the body in a ``tf.cond`` on its presence, the other shape of this loop.
     """
     import tensorflow as tf
 
     zero = tf.constant(0.0, tf.float64)
+    if known:
+        return _known_length(iterator, limit, body, state, measure=measure)
 
     def end_of(optional: Any, done: Any) -> Any:
         return tf.cond(optional.has_value(), lambda: tf.cast(limit, tf.int32), lambda: done)
@@ -554,6 +571,45 @@ def in_graph_loop(
         more, step, (begin, end_of(first, begin), first, first_wait, state)
     )
     return Looped(done, wait if measure else zero, first_wait, state)
+
+
+def _known_length(
+    iterator: Any, limit: Any, body: Callable[[Any, Any, Any], Any], state: Any, *, measure: bool
+) -> Looped:
+    """Exactly ``limit`` batches, in the shape of the leanest loop an expert writes (``for _ in
+    tf.range(n): step(next(iterator))``): the condition ``done < limit`` (int32, host memory),
+    ``get_next`` at the top of each step, and nothing that asks whether the data has ended.
+    ``measure``: the input wait timed as ``in_graph_loop`` times it, each fetch counted from the
+    end of the step before it (a loop variable), the first one whole."""
+    import tensorflow as tf
+
+    zero = tf.constant(0.0, tf.float64)
+    end = tf.cast(limit, tf.int32)
+    begin = tf.constant(0, tf.int32)
+    if not measure:
+
+        def lean(done: Any, state: Any) -> Any:
+            return done + 1, body(iterator.get_next(), state, done)
+
+        done, state = tf.while_loop(lambda done, state: done < end, lean, (begin, state))
+        return Looped(done, zero, zero, state)
+
+    def step(done: Any, stepped: Any, wait: Any, first_wait: Any, state: Any) -> Any:
+        known = len(tf.compat.v1.get_default_graph().get_operations())
+        before = tf.timestamp()
+        with tf.control_dependencies([before]):
+            batch = iterator.get_next()
+        with tf.control_dependencies(tf.nest.flatten(batch, expand_composites=True)):
+            ready = tf.timestamp()
+        waited = tf.maximum(ready - tf.maximum(before, stepped), 0.0)
+        state = body(batch, state, done)
+        first = tf.where(done == 0, waited, zero)
+        return done + 1, _stepped(known, state), wait + waited, first_wait + first, state
+
+    done, _, wait, first_wait, state = tf.while_loop(
+        lambda done, *_: done < end, step, (begin, zero, zero, zero, state)
+    )
+    return Looped(done, wait, first_wait, state)
 
 
 def _timed_fetch(iterator: Any, stepped: Any = None) -> tuple[Any, Any]:

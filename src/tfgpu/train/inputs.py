@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfgpu import distribute, host
 from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.graphs import as_written
 from tfgpu.text import counted
 from tfgpu.train.execution import bounded
 
@@ -247,6 +248,18 @@ class Input:
         batches = int(self.source.cardinality())
         return batches if batches > 0 else None
 
+    @property
+    def counted(self) -> bool:
+        """Every batch of a pass can be taken without asking whether the data has ended: arrays
+        (tfgpu batches them itself) or a dataset whose length tf.data knows, on one device. The
+        loop and the tuner then run the bare loop's shape (``execution.in_graph_loop``'s
+        ``known``); several replicas or workers keep the end-of-data path, where a distributed
+        iterator's short last batch is agreed on."""
+        strategy = self.strategy
+        if strategy is not None and (strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)):
+            return False
+        return self._arrays_given or self.known_length() is not None
+
     def set_tf_options(self, options: Any) -> None:
         """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""
         self.tf_options, self._built, self._live = options, None, None
@@ -274,7 +287,7 @@ class Input:
 
         if self.element_spec is None:
             if self.is_dataset:
-                dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
+                dataset = self.source.map(as_written(self._weigh)) if self._weigh is not None else self.source
                 self.element_spec = dataset.element_spec
             elif distribute.is_parameter_server(self.strategy):
                 # the workers build their own datasets; this one is only looked at
@@ -287,7 +300,7 @@ class Input:
         """fn(input_context) -> this source's dataset on one worker (ParameterServerStrategy)."""
         if self.is_dataset:
             return _copied_to_each_worker(
-                self.source.map(self._weigh) if self._weigh is not None else self.source
+                self.source.map(as_written(self._weigh)) if self._weigh is not None else self.source
             )
         return self._per_worker(0)
 
@@ -323,7 +336,7 @@ class Input:
         import tensorflow as tf
 
         if self.is_dataset:
-            dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
+            dataset = self.source.map(as_written(self._weigh)) if self._weigh is not None else self.source
             dataset = _sliced_per_batch(dataset, self.strategy, direct=self.direct)
             if self.tf_options is not None:
                 dataset = over(dataset, self.tf_options)
@@ -363,7 +376,7 @@ class Input:
                     input_context=ctx,
                     options=_pipeline_options(task, training, drop_remainder=self._drop_remainder),
                 )
-            return dataset.map(self._weigh) if self._weigh is not None else dataset
+            return dataset.map(as_written(self._weigh)) if self._weigh is not None else dataset
 
         return make
 
@@ -380,7 +393,7 @@ class Input:
         lo = ctx.input_pipeline_id * rows // ctx.num_input_pipelines
         hi = (ctx.input_pipeline_id + 1) * rows // ctx.num_input_pipelines
         index = tf.data.Dataset.range(lo, hi, per_replica).map(
-            lambda s: tf.range(s, tf.minimum(s + per_replica, hi))
+            as_written(lambda s: tf.range(s, tf.minimum(s + per_replica, hi)))
         )
         return (
             _gather_in_chunks(index, tensors, per_replica=per_replica, training=False)
@@ -400,7 +413,7 @@ class Input:
             first = start.read_value()
             return tf.data.Dataset.range(first, first + 1 if self._by_steps else tf.int64.max)
 
-        return tf.data.Dataset.from_tensors(0).flat_map(from_start)
+        return tf.data.Dataset.from_tensors(0).flat_map(as_written(from_start))
 
     def _training_arrays(self, ctx: Any, per_replica: int) -> Any:
         """This worker's training batches over the epochs: in each epoch's permutation, its
@@ -441,9 +454,9 @@ class Input:
 
         epochs = self._epoch_numbers()
         if tail:  # each epoch gathered on its own: its last batch has another shape
-            batches = epochs.flat_map(with_short_batch)
+            batches = epochs.flat_map(as_written(with_short_batch))
         else:
-            index = epochs.flat_map(lambda epoch: whole_batches(order_of(epoch)))
+            index = epochs.flat_map(as_written(lambda epoch: whole_batches(order_of(epoch))))
             batches = _gather_in_chunks(index, tensors, per_replica=per_replica, training=True)
         return batches.prefetch(tf.data.AUTOTUNE).with_options(in_memory_options(tf))
 
@@ -648,8 +661,8 @@ def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: b
         return tf.nest.map_structure(lambda t: tf.gather(t, i), tensors)
 
     if chunk == 1:
-        return index.map(gather, num_parallel_calls=host.cores())
-    return index.batch(chunk).map(gather, num_parallel_calls=host.cores()).unbatch()
+        return index.map(as_written(gather), num_parallel_calls=host.cores())
+    return index.batch(chunk).map(as_written(gather), num_parallel_calls=host.cores()).unbatch()
 
 
 def steps_per_epoch(source: Any, global_batch: int, replicas: int) -> int | None:

@@ -36,7 +36,7 @@ from tfgpu.train.evaluation import Evaluation, evaluator_for
 from tfgpu.train.options import TrainOptions
 from tfgpu.train.result import Progress, TrainResult
 from tfgpu.train.setup import Setup, describe
-from tfgpu.train.windows import MEASURE_EVERY, RunLog, Window
+from tfgpu.train.windows import RunLog, Window
 
 log = logging.getLogger(__name__)
 
@@ -129,8 +129,8 @@ class Loop:
         self.checkpoints: Checkpoints | None = None
         self.resumed_from: str | None = None
         self.epochs_kept: list[KeptEpoch] = []  # each finished epoch's logs (Checkpoints.save_history)
-        # the compiled functions called once (traced and instantiated): a window's measured one
-        # and the lean one each pay that on their first call, which is warm-up
+        # the compiled functions called once (traced and instantiated): each pays that on its
+        # first call, which is warm-up
         self.warmed: set[Any] = set()
         self.planned: int | None = None  # the steps this fit will take, when known
         self.last: execution.Executed | None = None  # the last execution's accumulators
@@ -367,26 +367,28 @@ class EpochLoop(Loop):
         self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        # both compiled steps looked up once an epoch, not each call (the lookup checks the
-        # model's compiled state: its layers and variables); the lean one is traced on first use
-        measured_step, lean_step = self._execution(measured=True), self._execution(measured=False)
-        window = Window(epoch, counters.step, measured=self._measured(run, epoch, lean_step))
+        length = self._known_length(per_epoch)
+        # looked up once an epoch, not each call (the lookup checks the model's compiled state:
+        # its layers and variables)
+        execute = self._execution(known=length is not None and self.setup.train.counted)
+        window = Window(epoch, counters.step)
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)
         while True:
             limit = min(self.options.execution_steps, self.to_boundary(steps, per_epoch))
+            if length is not None:
+                limit = min(limit, length - counters.epoch_step)
             if limit <= 0:  # ``steps`` reached, or resumed at the very end of an epoch
                 run.close(window)
-                return per_epoch is not None and counters.epoch_step >= per_epoch
+                return length is not None and counters.epoch_step >= length
             begin = counters.epoch_step
             if batch_hooks:
                 callbacks.on_train_batch_begin(begin)
             called = time.perf_counter()
-            execute = measured_step if window.measured else lean_step
             stats = self._dispatch(execute, iterator, limit)
-            # with the epoch's length known (arrays) every execution takes its limit; otherwise
-            # read the count, a host-side int32 that does not wait for the device
-            taken = limit if self.setup.train.arrays_given else int(stats.steps)
+            # with the epoch's length known every execution takes its limit; otherwise read the
+            # count, a host-side int32 that does not wait for the device
+            taken = limit if length is not None else int(stats.steps)
             warm_up = None
             if execute not in self.warmed:  # its steps too, not only its tracing: left out whole
                 execution.finished(stats)
@@ -399,10 +401,10 @@ class EpochLoop(Loop):
             epoch_start = False
             self.warmed.add(execute)
             counters.advance(taken)
-            ended = taken < limit or counters.epoch_step == per_epoch
+            ended = taken < limit or counters.epoch_step == length
             if ended or self.at_boundary() or counters.step == steps or self.model.stop_training:
                 run.close(window)
-                window = Window(epoch, counters.step, measured=self._measured(run, epoch, lean_step))
+                window = Window(epoch, counters.step)
             if ended:
                 if counters.epoch_step == 0:
                     raise ConfigError(
@@ -414,24 +416,22 @@ class EpochLoop(Loop):
             if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
 
-    def _measured(self, run: RunLog, epoch: int, lean_step: Any) -> bool:
-        """Whether the next window runs the measured step: when the run measures it
-        (``RunLog.measures``), and also when the lean step would trace just for a few windows
-        (a second trace costs a window of warm-up: worth it where ``MEASURE_EVERY`` windows or
-        more are left, or the run has had that many when its length is unknown)."""
-        if run.measures(epoch):
-            return True
-        if lean_step in self.warmed:
-            return False
-        left = None if self.planned is None else (self.planned - self.counters.step) / self.options.log_every
-        return (run.windows if left is None else left) < MEASURE_EVERY
+    def _known_length(self, per_epoch: int | None) -> int | None:
+        """The epoch's batches when every call can take its whole limit: arrays (tfgpu batches
+        them itself, on any strategy), and a dataset whose length tf.data knows where the loop
+        runs without an end-of-data path (``Input.counted``)."""
+        source = self.setup.train
+        if source.arrays_given:
+            return per_epoch
+        if per_epoch is None and source.counted:
+            return source.known_length()
+        return None
 
-    def _execution(self, *, measured: bool) -> Any:
-        """The compiled step: with the input-wait timestamps for a measured window, without them
-        (``execution.LEAN``) for the others."""
-        extras = execution.ALL if measured else execution.LEAN
+    def _execution(self, *, known: bool) -> Any:
+        """The compiled training execution: one per model, strategy, XLA setting and loop shape
+        (``known``: ``_known_length``), traced once."""
         return execution.compiled(
-            self.model, self.setup.strategy, jit_compile=self.options.jit_compile, extras=extras
+            self.model, self.setup.strategy, jit_compile=self.options.jit_compile, known=known
         )
 
     def _dispatch(self, execute: Any, iterator: Any, limit: int) -> execution.Executed:

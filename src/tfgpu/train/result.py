@@ -103,7 +103,7 @@ class TrainResult:
     input_wait_fraction: float
     verdict: verdict.Verdict
     history: list[dict[str, Any]] = field(default_factory=list)
-    timeline: list[dict[str, Any]] = field(default_factory=list)  # input_wait None: not measured
+    timeline: list[dict[str, Any]] = field(default_factory=list)
     gpu_utilization: list[dict[str, Any]] = field(default_factory=list)
     final_checkpoint: str | None = None
     resumed_from: str | None = None

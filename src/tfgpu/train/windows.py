@@ -36,7 +36,6 @@ class Window:
     startup: Executed | None = None  # the epoch's first execution: its first fetch built buffers
     workers: int = 1  # executions running side by side (parameter-server workers)
     warm_up: tuple[float, int, Executed] | None = None
-    measured: bool = True  # its executions timed the input wait (``execution.ALL``); else 0s
 
     def add(
         self, stats: Executed, *, taken: int, epoch_start: bool = False, warm_up: float | None = None
@@ -159,10 +158,8 @@ class RunLog:
         self.timeline: list[dict[str, float]] = []
         self.examples = 0
         self.steps_run = 0  # this run's (a resumed run's counter starts past 0)
-        # the measured windows' seconds and input wait, start-up costs included
+        # the windows' seconds and input wait, start-up costs included
         self.raw_wait = self.raw_wall = 0.0
-        self.measured_epochs: set[int] = set()  # epochs with a measured window of timed steps
-        self.steady_measured = False  # a measured window of timed steps outside warm epochs
         self.windows = 0  # windows closed
         self.epoch_steps = 0
         self.last_logs: dict[str, Any] | None = None  # the last epoch's, as on_train_end takes them
@@ -189,17 +186,6 @@ class RunLog:
         if self.writer is not None:
             self.writer.flush()
 
-    def measures(self, epoch: int) -> bool:
-        """Whether the next window of ``epoch`` times the input wait. The timestamps that measure
-        it tie the host to each step (``execution.in_graph_loop``), which a GPU pays, so the run
-        measures until one window of a steady epoch has timed steps past the warm-up, then one
-        window in ``MEASURE_EVERY``; an epoch marked warm (one that fills a cache) has its own
-        measured window, for its line. The run's wait share is the measured windows' (issue 54).
-        """
-        if epoch in self.warm_epochs:
-            return epoch not in self.measured_epochs
-        return not self.steady_measured or self.windows % MEASURE_EVERY == 0
-
     def close(self, window: Window) -> None:
         """The end of a window: read it, then the hooks (timeline, TensorBoard, progress, checkpoint)."""
         if not window.steps:
@@ -207,12 +193,8 @@ class RunLog:
         figures = read(window, workers=self.workers, nan_raises=self.nan_raises)
         self.examples += figures.examples
         self.steps_run += window.steps
-        if window.measured:
-            self.raw_wait += figures.raw_wait
-            self.raw_wall += figures.raw_wall
-            if figures.timed_steps:
-                self.measured_epochs.add(window.epoch)
-                self.steady_measured |= window.epoch not in self.warm_epochs
+        self.raw_wait += figures.raw_wait
+        self.raw_wall += figures.raw_wall
         self.windows += 1
         if window.warm_up is not None:
             self.tracing_s += window.warm_up[0]
@@ -228,14 +210,12 @@ class RunLog:
         else:  # a window that was all start-up: its point shows it as it was
             steps, examples, wall, wait = figures.steps, figures.examples, figures.raw_wall, figures.raw_wait
         if figures.timed_steps or window.epoch in self.warm_epochs:  # steady state: timed steps only
-            self.epochs.setdefault(window.epoch, Span()).add(
-                steps, examples, wall, wait, measured=window.measured
-            )
+            self.epochs.setdefault(window.epoch, Span()).add(steps, examples, wall, wait)
         self.epoch_steps += figures.steps
         self.logs = figures.logs
         step = window.last_step
         rate = examples / max(wall, 1e-9)
-        share = round(_share(wait, wall), 4) if window.measured else None
+        share = round(_share(wait, wall), 4)
         self._point(window, figures, rate=rate, share=share)
         self._summaries(step, figures.logs, rate=rate, wait=share)
         if self.on_progress and self.is_chief:
@@ -246,8 +226,8 @@ class RunLog:
         if every and step // every > window.first_step // every:
             self._save(step, figures.logs)
 
-    def _point(self, window: Window, figures: WindowFigures, *, rate: float, share: float | None) -> None:
-        """The window's point on the timeline (``input_wait`` None: the window was not measured)."""
+    def _point(self, window: Window, figures: WindowFigures, *, rate: float, share: float) -> None:
+        """The window's point on the timeline."""
         self.timeline.append(
             {
                 "t": round(time.perf_counter() - self.started, 4),
@@ -259,7 +239,7 @@ class RunLog:
             }
         )
 
-    def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float | None) -> None:
+    def _summaries(self, step: int, logs: dict[str, Any], *, rate: float, wait: float) -> None:
         """A window's TensorBoard scalars (the chief's writer, when ``log_dir`` was given)."""
         if self.writer is None:
             return
@@ -270,8 +250,7 @@ class RunLog:
                 if isinstance(value, float):
                     tf.summary.scalar(name, value)
             tf.summary.scalar("examples_per_s", rate)
-            if wait is not None:
-                tf.summary.scalar("input_wait_fraction", wait)
+            tf.summary.scalar("input_wait_fraction", wait)
 
     def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
         """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
@@ -299,7 +278,7 @@ class RunLog:
     def wait_fraction(self) -> float:
         """Input wait over the steady state so far; over everything while there is none."""
         steady = self.steady()
-        return steady.wait_fraction if steady.measured_wall > 0 else _share(self.raw_wait, self.raw_wall)
+        return steady.wait_fraction if steady.wall > 0 else _share(self.raw_wait, self.raw_wall)
 
     def warm_up(self) -> WarmUp:
         return WarmUp(
@@ -324,7 +303,7 @@ class RunLog:
         elapsed = time.perf_counter() - self.started
         steady = self.steady()
         has_steady = steady.steps >= MIN_STEADY_STEPS
-        measured = has_steady and steady.measured_wall > 0
+        measured = has_steady and steady.wall > 0
         share = steady.wait_fraction if measured else _share(self.raw_wait, self.raw_wall)
         overall = self.examples / max(elapsed, 1e-9)
         return TrainResult(
@@ -349,38 +328,30 @@ class RunLog:
         )
 
 
-MEASURE_EVERY = 10  # after the run's first measured window, one window in this many times the wait
 MIN_STEADY_STEPS = 8  # fewer timed steps outside warm-up are not called a steady state
 
 
 @dataclass
 class Span:
-    """Timed steps, examples, seconds and input-wait seconds (start-up costs left out); the wait
-    is of the measured windows only (``RunLog.measures``), and its share of their seconds."""
+    """Timed steps, examples, seconds and input-wait seconds (start-up costs left out)."""
 
     steps: int = 0
     examples: float = 0.0
     wall: float = 0.0
     wait: float = 0.0
-    measured_wall: float = 0.0
 
-    def add(self, steps: int, examples: float, wall: float, wait: float, *, measured: bool = True) -> None:
+    def add(self, steps: int, examples: float, wall: float, wait: float) -> None:
         self.steps += steps
         self.examples += examples
         self.wall += wall
         self.wait += wait
-        self.measured_wall += wall if measured else 0.0
 
     def merge(self, other: Span) -> None:
-        self.steps += other.steps
-        self.examples += other.examples
-        self.wall += other.wall
-        self.wait += other.wait
-        self.measured_wall += other.measured_wall
+        self.add(other.steps, other.examples, other.wall, other.wait)
 
     @property
     def wait_fraction(self) -> float:
-        return _share(self.wait, self.measured_wall)
+        return _share(self.wait, self.wall)
 
     @property
     def examples_per_s(self) -> float:

@@ -45,7 +45,7 @@ class Session:
         """The kept choice for this run when there is one, else the measured one (kept for the
         next run); and the configuration to train in. Several workers are not tuned."""
         if self.setup.several_workers():
-            note = "not tuned: under several workers each would choose from its own timings"
+            note = "under several workers each would choose from its own timings"
             choices.record("tuning", "none", note)
             return Tuning(seconds=0.0, choices={}, gains={}, notes=[note]), self.untuned
         parts = self.key_parts(self.tune.keyed)
@@ -55,14 +55,16 @@ class Session:
         )
         found, why = result.load(path, parts) if self.tune.keep else (None, "")
         if found is None:
-            found = self._measured(epochs=epochs, steps=steps, why=why)
+            found, worth_keeping = self._measured(epochs=epochs, steps=steps, why=why)
             found = dataclasses.replace(found, key=key, parts=parts)
-            if self.tune.keep and self.setup.is_chief:
+            # a run too short to tune decides nothing for a longer one with the same key
+            if self.tune.keep and self.setup.is_chief and worth_keeping:
                 result.save(path, parts, found)
         log.info("%s", found.line())
         return found, result.config_of(found, self.untuned)
 
-    def _measured(self, *, epochs: int | None, steps: int | None, why: str) -> Tuning:
+    def _measured(self, *, epochs: int | None, steps: int | None, why: str) -> tuple[Tuning, bool]:
+        """The tuning measured now, and whether it is worth keeping (False: too short to tune)."""
         source = self.setup.train
         per_epoch = source.steps_per_epoch or source.known_length()
         policy, precision_refused = self.setup.precision_for()
@@ -87,7 +89,8 @@ class Session:
         with execution.restored(self.setup.model):
             _, chosen, gains = tuner.run()
         notes = ([why] if why else []) + tuner.notes
-        return Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes)
+        found = Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes)
+        return found, tuner.too_short is None
 
     # -- the tuner's measurements (``tuner.Measures``), on the setup each configuration trains in --
     def rate(self, config: Config, steps: int) -> tuple[float, float]:
@@ -97,7 +100,11 @@ class Session:
         import tensorflow as tf
 
         setup = self.setup_for(config)
-        execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile)
+        held = self.max_steps(config)
+        # the run's own loop shape where no measurement can run past the data (``execution.rate``
+        # stops a call short of one pass): the run's compiled execution, one trace for both
+        known = setup.train.counted and held is not None and held >= 2 * config.steps_per_execution
+        execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile, known=known)
         options = result.input_options() if config.input else None
         try:
             found, loss, self.examples_per_step = execution.rate(
@@ -105,7 +112,7 @@ class Session:
                 lambda: setup.train.trial_iterator(options),
                 per_call=config.steps_per_execution,
                 steps=steps,
-                max_steps=self.max_steps(config),
+                max_steps=held,
             )
         except tf.errors.ResourceExhaustedError as exc:
             raise DoesNotFit(first_line(exc)) from None

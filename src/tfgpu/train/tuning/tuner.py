@@ -24,6 +24,11 @@ TAKE_CONFIDENCE, DROP_CONFIDENCE = 0.99, 0.8
 LOSS_RTOL = 1e-3  # XLA's loss against the step without it, over the same batches
 PRECISION_RTOL = 0.05  # mixed precision's loss against float32's, after the same steps
 BUDGET_FLOOR_S, BUDGET_CAP_S, BUDGET_SHARE = 20.0, 60.0, 0.05
+# tune=True may cost a fit at most this share of its own (estimated) time, whatever the floor: a
+# one-epoch fit of a few seconds is not slowed by 20 s of trials it cannot win back (issue 65)
+WORTH_SHARE = 0.08
+MIN_MEASUREMENT_S = 0.1  # a shorter measurement is noise on these machines: not worth a trial
+CALIBRATION_SHARE = 1 / 32  # the calibration's steps, at most this share of the run's
 
 
 class DoesNotFit(Exception):
@@ -119,11 +124,17 @@ class Tuner:
         self.trials: list[Trial] = []
         self.notes: list[str] = []
         self.examples, self.round_s, self.per_step = float(batch), 0.0, float(batch)
+        self.too_short: str | None = None  # why the run is not tuned at all (``calibrate``)
 
     def calibrate(self) -> None:
-        """Examples per measurement: the budget over the measurements to come."""
+        """Examples per measurement: the budget over the measurements to come. The default is
+        timed over a few steps (``CALIBRATION_SHARE`` of the run at most, one call): what it
+        runs is its compiled execution, the run's own, so its trace is paid once for both."""
         k_default = self.default.steps_per_execution
-        rate, _ = self.bench.rate(self.default, k_default)
+        probe = k_default
+        if self.run_steps:
+            probe = max(1, min(k_default, int(self.run_steps * CALIBRATION_SHARE)))
+        rate, _ = self.bench.rate(dataclasses.replace(self.default, steps_per_execution=probe), probe)
         rate = max(rate, 1e-9)
         # a Dataset's batches are its own (the Trainer's batch is 1 there): steps are sized by
         # the examples a step was measured to take, else a measurement ran 32x too long
@@ -134,6 +145,21 @@ class Tuner:
         rungs = sum(k > k_default for k in STEPS) if self._tunes_steps() else 0
         trials = rungs + 3 + ("precision" in knobs) + ("devices" in knobs) + 4 * ("batch_size" in knobs)
         self.examples = max(self.per_step, 0.8 * self.budget_s * rate / (2 * ROUNDS * trials))
+        self.too_short = self._too_short(estimated, rate)
+
+    def _too_short(self, estimated_s: float | None, rate: float) -> str | None:
+        """Why no trial can pay for itself, or None: the cheapest choice (one comparison and
+        its proof, ``2 * ROUNDS`` rounds of two measurements of ``MIN_MEASUREMENT_S``) must fit
+        the budget. A budget the user gave is theirs to spend."""
+        if self.options.budget_s is not None or estimated_s is None:
+            return None
+        cheapest = 2 * ROUNDS * 2 * max(MIN_MEASUREMENT_S, self.per_step / rate)
+        if cheapest <= self.budget_s:
+            return None
+        return (
+            f"the fit is too short to win back a trial (about {estimated_s:.1f} s of "
+            f"steps; the cheapest choice costs {cheapest:.1f} s)"
+        )
 
     def _tunes_steps(self) -> bool:
         return "steps_per_execution" in self.options.knobs and not self.fixed_steps
@@ -218,6 +244,9 @@ class Tuner:
         """The chosen configuration, each knob's choice and its measured gain over the rival."""
         self.started = self.clock()
         self.calibrate()
+        if self.too_short:
+            self.notes.append(self.too_short)
+            return self.default, {}, {}
         knobs = self.options.knobs
         chosen, gains = self.default, {}
         if self._tunes_steps():
@@ -414,8 +443,11 @@ def first_line(exc: BaseException) -> str:
 
 
 def budget(options: TuneOptions, *, estimated_run_s: float | None) -> float:
-    """The tuning budget: as asked, else the larger of 20 s and 5% of the run, at most 60 s."""
+    """The tuning budget: as asked, else the larger of 20 s and 5% of the run, at most 60 s,
+    and never more than ``WORTH_SHARE`` of the run when its length is known."""
     if options.budget_s is not None:
         return float(options.budget_s)
-    share = BUDGET_SHARE * estimated_run_s if estimated_run_s else 0.0
-    return min(BUDGET_CAP_S, max(BUDGET_FLOOR_S, share))
+    if not estimated_run_s:
+        return BUDGET_FLOOR_S
+    share = min(BUDGET_CAP_S, max(BUDGET_FLOOR_S, BUDGET_SHARE * estimated_run_s))
+    return min(share, WORTH_SHARE * estimated_run_s)
