@@ -21,7 +21,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet clean
+.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet bench-e2e clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -104,6 +104,10 @@ bench-ablation: $(STAMP)
 
 bench-resnet: $(STAMP)
 	cd bench && ../$(BIN)/python resnet_bench.py
+
+# the user's clock: a fresh process per run, Keras's fit against tfgpu.fit and tune=True (issue 65)
+bench-e2e: $(STAMP)
+	cd bench && ../$(BIN)/python e2e_bench.py
 
 bench-tune-fresh: $(STAMP)
 	cd bench && ../$(BIN)/python tune_fresh_bench.py

@@ -63,23 +63,57 @@ def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_o
     np.testing.assert_allclose(float(outputs[2].logs["mae"]), history["mae"][0], rtol=1e-5)
 
 
-def test_the_lean_execution_takes_no_timestamp_inside_its_loop():
-    """``execution.LEAN`` (the loop's unmeasured windows) has only the first fetch's two
-    timestamps, before any step: nothing in its loop body waits on a step's ops or state."""
+END_OF_DATA = ("IteratorGetNextAsOptional", "OptionalHasValue", "OptionalGetValue", "If", "StatelessIf")
+
+
+def graph_ops(function, *args) -> list[str]:
+    """The ops of ``function``'s graph for ``args`` and of every function it calls."""
+    graph = function.get_concrete_function(*args).graph.as_graph_def()
+    return [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
+
+
+@settings(max_examples=4, deadline=None)
+@given(measure=st.booleans(), per_call=st.integers(1, 5))
+def test_a_known_length_execution_is_the_bare_loop_and_trains_as_keras(measure, per_call):
+    """Issue 65: where the step count is known (arrays, a dataset whose length tf.data knows, on
+    one device), the execution's loop and per-step graph hold no end-of-data op (no optional, no
+    branch on it): ``get_next`` and the step, as the bare loop an expert writes; it trains the
+    weights and reports the figures Keras's own ``fit`` does."""
+    x, y = linear_data(80)  # 10 batches of 8
+    expected = compiled()
+    history = expected.fit(x, y, batch_size=8, epochs=1, shuffle=False, verbose=0).history
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    strategy = tf.distribute.get_strategy()
+    model = compiled()
+    model_setup.build(model, strategy, dataset.element_spec)
+    extras = replace(execution.ALL, wait=measure)
+    execute = execution.train_execution(strategy, model, jit_compile=False, known=True, extras=extras)
+    ops = graph_ops(execute, iter(dataset), execution.limit(per_call))
+    assert not [op for op in ops if op in END_OF_DATA], ops
+    assert "IteratorGetNext" in ops
+    iterator, counts, outputs = iter(dataset), [], []
+    while sum(counts) < 10:
+        outputs.append(execute(iterator, execution.limit(min(per_call, 10 - sum(counts)))))
+        counts.append(int(outputs[-1].steps))
+    assert counts == [per_call] * (10 // per_call) + ([10 % per_call] if 10 % per_call else [])
+    same_weights(model.get_weights(), expected.get_weights())
+    np.testing.assert_allclose(float(outputs[-1].logs["loss"]), history["loss"][0], rtol=1e-5)
+    assert sum(float(o.examples) for o in outputs) == 80.0
+    assert (sum(float(o.wait) for o in outputs) > 0) == measure  # host timestamps around each fetch
+    assert all(float(o.first_bad) == -1.0 for o in outputs)
+
+
+def test_the_unknown_length_execution_keeps_its_end_of_data_path():
+    """The other shape (a dataset whose length is unknown, several replicas): the optional and
+    the branch on it, so the loop stops where the data ends."""
     x, y = linear_data(16)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     strategy = tf.distribute.get_strategy()
-
-    def timestamps(extras):
-        model = compiled()
-        model_setup.build(model, strategy, dataset.element_spec)
-        execute = execution.train_execution(strategy, model, jit_compile=False, extras=extras)
-        graph = execute.get_concrete_function(iter(dataset), execution.limit(2)).graph.as_graph_def()
-        ops = [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
-        return ops.count("Timestamp")
-
-    assert timestamps(execution.LEAN) == 2
-    assert timestamps(execution.ALL) > 2
+    model = compiled()
+    model_setup.build(model, strategy, dataset.element_spec)
+    execute = execution.train_execution(strategy, model, jit_compile=False)
+    ops = graph_ops(execute, iter(dataset), execution.limit(2))
+    assert "IteratorGetNextAsOptional" in ops and "OptionalHasValue" in ops
 
 
 def loop_conditions(function, *args) -> list[list[tuple[str, int]]]:
@@ -136,7 +170,7 @@ def test_the_loop_s_condition_is_one_int32_comparison():
     ``for _ in tf.range(n)`` loop's), so the host never waits for the device to run a step
     before it dispatches the next. A bool op there (``LogicalAnd``, the condition before) has a
     GPU kernel that writes device memory. Checked for every execution a run calls: training's
-    measured and lean windows, evaluation and the skip of resumed batches."""
+    (the data's length unknown or known), evaluation and the skip of resumed batches."""
     x, y = linear_data(16)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     strategy = tf.distribute.get_strategy()
@@ -145,7 +179,7 @@ def test_the_loop_s_condition_is_one_int32_comparison():
     limit = execution.limit(2)
     functions = [
         execution.train_execution(strategy, model, jit_compile=False, extras=execution.ALL),
-        execution.train_execution(strategy, model, jit_compile=False, extras=execution.LEAN),
+        execution.train_execution(strategy, model, jit_compile=False, known=True),
         execution.eval_execution(strategy, model, execution.example_counter(strategy)),
         execution.skip_batches(),
     ]

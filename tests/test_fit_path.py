@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +43,63 @@ def test_a_tuned_fit_walks_through_few_rooms(tmp_path):
     assert len(doors) <= DOORS, sorted(doors)
     assert found["paths"] and all(len(path) <= PATH for path, _ in found["paths"]), found["paths"]
     assert any(path[-1] == "tfgpu.train.execution" for path, _ in found["paths"])  # the tuner's trials
+
+
+def _counted(monkeypatch) -> tuple[list[Any], list[str]]:
+    """Every AutoGraph conversion from here on, and every trace of tfgpu's compiled loops (the
+    body each trace hands ``execution.in_graph_loop``, which runs only while tracing)."""
+    from tensorflow.python.autograph.impl import api
+
+    from tfgpu.train import execution
+
+    conversions: list[Any] = []
+    traced: list[str] = []
+    convert, loop = api._convert_actual, execution.in_graph_loop
+
+    def converting(entity, program_ctx):
+        conversions.append(getattr(entity, "__qualname__", entity))
+        return convert(entity, program_ctx)
+
+    def tracing(iterator, limit, body, *args, **kwargs):
+        traced.append(body.__qualname__.split(".")[0])
+        return loop(iterator, limit, body, *args, **kwargs)
+
+    monkeypatch.setattr(api, "_convert_actual", converting)
+    monkeypatch.setattr(execution, "in_graph_loop", tracing)
+    return conversions, traced
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_fit_converts_nothing_and_traces_its_execution_once(replicas, monkeypatch, clean_choices):
+    """Issue 65: a fit (two epochs, validation each epoch) and an evaluation after it run no
+    AutoGraph conversion (Keras's own ``fit`` runs none: its step functions are traced as
+    written, and so is the model's ``train_step`` under tfgpu) and trace the training execution
+    once and the evaluation once, on one device and on 2 replicas, for a model made outside any
+    scope as most code makes it. Before: 37 conversions and two training traces a fit."""
+    import keras
+    import numpy as np
+
+    import tfgpu
+    from conftest import local_strategy
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(96, 8)).astype("float32"), rng.integers(0, 3, 96)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)]
+    )
+    model.compile(
+        optimizer="adam",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    conversions, traced = _counted(monkeypatch)
+    strategy = local_strategy(replicas)
+    history = tfgpu.fit(
+        model, x, y, batch_size=16, epochs=2, validation_split=0.25, verbose=0, strategy=strategy
+    )
+    tfgpu.evaluate(model, x, y, batch_size=16, verbose=0, strategy=strategy)
+    assert len(history.history["val_loss"]) == 2
+    assert conversions == [], conversions
+    assert traced.count("train_execution") == 1, traced
+    assert traced.count("eval_execution") == 1, traced

@@ -75,7 +75,7 @@ def test_an_out_of_memory_step_says_the_figures_and_the_fixes(monkeypatch):
     from tfgpu.train import execution
     from tfgpu.train.loop import OutOfMemoryError
 
-    def failing(strategy, model, *, jit_compile, extras=execution.ALL):
+    def failing(strategy, model, *, jit_compile, known=False, extras=execution.ALL):
         def execute(iterator, limit):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[64,16]")
 

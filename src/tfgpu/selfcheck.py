@@ -40,7 +40,7 @@ def train_losses(strategy: Any, weights: list[Any]) -> list[float]:
         optimizer = keras.optimizers.SGD(0.05)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(batch: Any) -> Any:
         def replica(inputs: Any, targets: Any) -> Any:
             with tf.GradientTape() as tape:

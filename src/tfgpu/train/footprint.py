@@ -325,7 +325,7 @@ def _measured(
 def _pass_peak(model: Any, x: Any, device: str, reader: Callable[[str], int]) -> int:
     import tensorflow as tf
 
-    @tf.function
+    @tf.function(autograph=False)
     def step() -> Any:
         with tf.GradientTape() as tape:
             out = model(x, training=True)

@@ -746,7 +746,9 @@ def _build_step_optimizers(model: Any, strategy: Any, element_spec: Any) -> None
         object.__setattr__(optimizer, "apply", recorder(optimizer))
     try:
         spec = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), element_spec)
-        tf.function(lambda batch: strategy.run(model.train_step, args=(batch,))).get_concrete_function(spec)
+        tf.function(
+            lambda batch: strategy.run(model.train_step, args=(batch,)), autograph=False
+        ).get_concrete_function(spec)
     finally:
         for optimizer in lazy:
             del optimizer.apply

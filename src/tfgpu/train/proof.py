@@ -199,7 +199,7 @@ def _step(strategy: Any, model: Any, batch: Any) -> dict[str, float]:
 
     # traced, as the loop runs it: eagerly, an LSTM's step on 3 replicas took a minute (op by op in
     # each replica's thread); TensorFlow's warning of a tf.function made per call is for a loop
-    @tf.function
+    @tf.function(autograph=False)
     def run(batch: Any) -> None:
         with losses.scaled_as_one_device():
             losses.run(strategy, losses.sharing(model.train_step), batch)

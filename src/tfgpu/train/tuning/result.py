@@ -112,7 +112,7 @@ class Tuning:
         if measured and not self.reused:
             head += f" ({measured[0]:,.0f} -> {measured[1]:,.0f} examples/s)"
         notes = _merged_notes(self.notes)
-        if not parts and not self.reused:  # nothing measured: the notes say why
+        if not parts and not self.trials and not self.reused:  # nothing measured: the notes say why
             return "tfgpu did not tune: " + "; ".join(notes)
         return f"{head}: " + ", ".join(parts) + ("; " + "; ".join(notes) if notes else "")
 
