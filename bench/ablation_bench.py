@@ -8,8 +8,14 @@ together, against the bare in-graph loop, in one process on one device, interlea
 - ``bare + Keras's metrics``: the same loop updating the loss's running mean and the accuracy
   each step, as Keras's ``train_step`` does for ``compile(metrics=["accuracy"])``: the part of
   tfgpu's step that is Keras's contract;
-- ``tfgpu execution: all extras``: what ``tfgpu.fit`` runs, called directly on the same
-  ``tf.data`` input (one call per epoch, nothing read back until its end);
+- the ladder (issue 65), one difference a rung: ``+ Keras's train_step`` (the bare loop's
+  shape around the compiled model's own step, no strategy), ``+ tfgpu's strategy and its
+  iterator`` (the step in ``OneDeviceStrategy.run``), ``+ the end-of-data path`` (the optional
+  and the branch a dataset of unknown length needs), then ``tfgpu execution: known length``
+  (what ``tfgpu.fit`` runs on arrays or a dataset of known length on one device, every extra on)
+  and ``unknown length`` (the same with the end-of-data path);
+- ``tfgpu execution: ...`` rows below: the unknown-length execution, called directly on the same
+  ``tf.data`` input (one call per epoch, nothing read back until its end), with
 - ``... no wait``: without the input-wait timestamps and their control dependencies on the
   step's stateful ops and state; ``no finite``, ``no rows``, ``no step_logs``, ``no sharing``,
   ``fetch at top``: the other extras (``execution.Extras``); ``none``: all of them off;
@@ -76,13 +82,21 @@ def nodes(function: Any, *args: Any) -> int:
 
 
 def execution_run(
-    strategy: Any, build: Callable[[], Any], dataset: Any, *, steps: int, batch: int, extras: execution.Extras
+    strategy: Any,
+    build: Callable[[], Any],
+    dataset: Any,
+    *,
+    steps: int,
+    batch: int,
+    extras: execution.Extras,
+    known: bool = False,
 ) -> tuple[Callable[[], int], int]:
     """``run() -> examples``: ``EPOCHS`` calls of ``extras``' execution, one per epoch, read once
-    each at its end (as the loop reads a window); and its graph's node count."""
+    each at its end (as the loop reads a window); and its graph's node count. ``known``: the
+    loop's shape where the step count is known (what ``tfgpu.fit`` runs on arrays on one device)."""
     model = compiled(strategy, build)
     tfgpu_model.build(model, strategy, dataset.element_spec)  # as the loop does before its first call
-    execute = execution.train_execution(strategy, model, jit_compile=False, extras=extras)
+    execute = execution.train_execution(strategy, model, jit_compile=False, known=known, extras=extras)
     # one device: the dataset itself, as tfgpu's input reads it there (``distribute.input_strategy``)
     feed = distribute.input_strategy(strategy, in_cluster=False)
     distributed = dataset if feed is None else feed.experimental_distribute_dataset(dataset)
@@ -94,6 +108,58 @@ def execution_run(
         return EPOCHS * steps * batch
 
     return run, nodes(execute, iter(distributed), limit)
+
+
+def ladder_run(
+    strategy: Any, build: Callable[[], Any], dataset: Any, *, steps: int, batch: int, rung: str
+) -> tuple[Callable[[], int], int]:
+    """``run() -> examples`` of one rung of the ladder (issue 65), each one difference above the
+    one below it, all through ``execution.in_graph_loop`` with no extras:
+
+    - ``train_step``: the bare loop's shape (``get_next`` at the top, ``done < limit``) around
+      the compiled model's own ``train_step``, called as Keras calls it, with no strategy;
+    - ``strategy``: the same step in ``strategy.run`` (tfgpu's one-device strategy), fed the
+      iterator tfgpu feeds it there (``distribute.input_strategy``: the dataset's own on one device);
+    - ``end of data``: the loop that asks whether the data has ended (the optional, the branch on
+      it): what a dataset of unknown length needs.
+    """
+    import tensorflow as tf
+
+    model = compiled(strategy, build)
+    tfgpu_model.build(model, strategy, dataset.element_spec)
+    feed = distribute.input_strategy(strategy, in_cluster=False)
+    distributed = (
+        dataset if feed is None or rung == "train_step" else feed.experimental_distribute_dataset(dataset)
+    )
+
+    def body(data: Any, state: Any, index: Any) -> Any:
+        if rung == "train_step":
+            logs = model.train_step(data)
+        else:
+            logs = strategy.run(model.train_step, args=(data,))
+        with tf.control_dependencies(tf.nest.flatten(strategy.experimental_local_results(logs))):
+            return state + 1.0
+
+    @tf.function(autograph=False)
+    def epoch(iterator: Any, limit: Any) -> Any:
+        out = execution.in_graph_loop(iterator, limit, body, tf.constant(0.0), known=rung != "end of data")
+        return out.state
+
+    limit = execution.limit(steps)
+
+    def run() -> int:
+        for _ in range(EPOCHS):
+            float(epoch(iter(distributed), limit))
+        return EPOCHS * steps * batch
+
+    return run, nodes(epoch, iter(distributed), limit)
+
+
+LADDER = {
+    "+ Keras's train_step": "train_step",
+    "+ tfgpu's strategy and its iterator": "strategy",
+    "+ the end-of-data path": "end of data",
+}
 
 
 def fit_run(
@@ -128,10 +194,19 @@ def variants(
         f"{name}: bare + Keras's metrics": bare_loop(build, batch, x, y, epochs=EPOCHS, metrics=True),
     }
     counts: dict[str, int | None] = dict.fromkeys(runs)
-    for label, off in {"all extras": {}, **OFF}.items():
+    for label, rung in LADDER.items():
+        run, count = ladder_run(strategy, build, dataset, steps=steps, batch=batch, rung=rung)
+        runs[f"{name}: {label}"], counts[f"{name}: {label}"] = run, count
+    for label, (known, off) in {
+        "tfgpu execution: known length": (True, {}),
+        "tfgpu execution: unknown length": (False, {}),
+        **{f"tfgpu execution: {label}": (False, off) for label, off in OFF.items()},
+    }.items():
         extras = replace(execution.ALL, **off)
-        run, count = execution_run(strategy, build, dataset, steps=steps, batch=batch, extras=extras)
-        runs[f"{name}: tfgpu execution: {label}"], counts[f"{name}: tfgpu execution: {label}"] = run, count
+        run, count = execution_run(
+            strategy, build, dataset, steps=steps, batch=batch, extras=extras, known=known
+        )
+        runs[f"{name}: {label}"], counts[f"{name}: {label}"] = run, count
     rows = steps * batch
     runs[f"{name}: tfgpu.fit arrays"] = fit_run(strategy, build, (x[:rows], y[:rows]), rows=rows, batch=batch)
     runs[f"{name}: tfgpu.fit tf.data"] = fit_run(strategy, build, dataset, rows=rows, batch=batch)

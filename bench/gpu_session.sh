@@ -10,6 +10,7 @@
 # Steps: device 12 s, ablation 143 s, demo 67 s, predict_arrays 36 s; cnn about 2 min and resnet
 # up to 9 if XLA compiles there (it did not finish in 120 s that day: the xla step says why).
 #   STEPS="gpu_tests gpu_bench doctor": the gpu-marked tests and issue 16's bench
+#   Issue 65's ladder is the ablation step's first rows; its e2e step is the user's clock.
 #   A session with less time: BUDGET=SECONDS cuts each step's timeout to what is left of it, and
 #   skips a step with under 20 s left (the steps run in the order below, most wanted first).
 set -u
@@ -37,6 +38,8 @@ step ablation 260 sh -c 'cd bench && python3 ablation_bench.py --repeats 3'
 step ptxas 10 sh -c 'which ptxas nvcc; ls -d /usr/local/cuda*/bin/ptxas /usr/local/cuda*/nvvm/libdevice 2>&1; ls /tmp/g/site/nvidia'
 step xla 90 env TF_CPP_MIN_LOG_LEVEL=0 python3 -c 'import time, tensorflow as tf; t = time.time(); f = tf.function(lambda x: tf.nn.relu(x @ x), jit_compile=True); print("xla", f(tf.ones((256, 256))).shape, round(time.time() - t, 1), "s")'
 step cnn 240 python3 bench/resnet_bench.py --model cnn --steps 200 --timeout 120
+# issue 65: the user's clock (fresh processes, Keras against tfgpu.fit and tune=True), one round
+step e2e 240 sh -c 'cd bench && python3 e2e_bench.py --rounds 1 --epochs 1,3'
 step resnet 560 python3 bench/resnet_bench.py --steps 30 --timeout 130 --variants "keras fit default,tfgpu.fit default,keras fit expert,tfgpu.fit tune=all"
 step gpu_tests 240 python3 -m pytest -q -x -m gpu tests/test_gpu.py -p no:cacheprovider
 rm -rf /tmp/demo && mkdir -p /tmp/demo && (cd /tmp/demo && step demo 130 tfgpu demo)
