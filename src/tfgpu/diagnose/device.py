@@ -180,12 +180,11 @@ class ModelDevice:
 
     # -- the Trainer's execution ---------------------------------------------------------------
     def _execution(self) -> Any:
-        from tfgpu.train import execution, model_cache
+        """The Trainer's own compiled execution (``execution.compiled``), the end-of-data path
+        kept: diagnose's iterators are distributed ones, a real pipeline's of any length."""
+        from tfgpu.train import execution
 
-        key = ("train", self.strategy, False)  # the Trainer's key: one trace for both
-        return model_cache.function(
-            self.model, key, lambda: execution.train_execution(self.strategy, self.model, jit_compile=False)
-        )
+        return execution.compiled(self.model, self.strategy)
 
     def _as_steps_take_them(self, dataset: Any) -> Any:
         return dataset.map(self._split) if isinstance(dataset.element_spec, dict) else dataset

@@ -367,10 +367,11 @@ class EpochLoop(Loop):
         self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        length = self._known_length(per_epoch)
+        counted = self._counted(per_epoch)  # every call takes its limit: the bare loop's shape
+        length = counted if counted is not None else per_epoch
         # looked up once an epoch, not each call (the lookup checks the model's compiled state:
         # its layers and variables)
-        execute = self._execution(known=length is not None and self.setup.train.counted)
+        execute = self._execution(known=counted is not None and self.setup.train.counted)
         window = Window(epoch, counters.step)
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)
@@ -386,9 +387,9 @@ class EpochLoop(Loop):
                 callbacks.on_train_batch_begin(begin)
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
-            # with the epoch's length known every execution takes its limit; otherwise read the
-            # count, a host-side int32 that does not wait for the device
-            taken = limit if length is not None else int(stats.steps)
+            # with the batches counted every execution takes its limit; otherwise read the count,
+            # a host-side int32 that does not wait for the device
+            taken = limit if counted is not None else int(stats.steps)
             warm_up = None
             if execute not in self.warmed:  # its steps too, not only its tracing: left out whole
                 execution.finished(stats)
@@ -416,10 +417,11 @@ class EpochLoop(Loop):
             if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
 
-    def _known_length(self, per_epoch: int | None) -> int | None:
+    def _counted(self, per_epoch: int | None) -> int | None:
         """The epoch's batches when every call can take its whole limit: arrays (tfgpu batches
         them itself, on any strategy), and a dataset whose length tf.data knows where the loop
-        runs without an end-of-data path (``Input.counted``)."""
+        runs without an end-of-data path (``Input.counted``). A ``steps_per_epoch`` given with a
+        dataset ends its epochs, but the data may run out first: not counted."""
         source = self.setup.train
         if source.arrays_given:
             return per_epoch
@@ -429,7 +431,7 @@ class EpochLoop(Loop):
 
     def _execution(self, *, known: bool) -> Any:
         """The compiled training execution: one per model, strategy, XLA setting and loop shape
-        (``known``: ``_known_length``), traced once."""
+        (``known``: ``_counted``), traced once."""
         return execution.compiled(
             self.model, self.setup.strategy, jit_compile=self.options.jit_compile, known=known
         )
