@@ -529,3 +529,43 @@ def accumulate_with_parameter_servers(optimizer: str) -> dict[str, Any]:
         "history": history.history,
         "iterations": int(built.optimizer.iterations.numpy()),
     }
+
+
+def predict_and_evaluate_from_no_scope() -> dict[str, Any]:
+    """On this process's logical CPUs, a model made outside any scope (as most code makes it):
+    ``tfgpu.predict`` and ``tfgpu.evaluate`` before and after a ``tfgpu.fit`` of it, each with the
+    replicas of the strategy it ran under, beside Keras's own figures for a twin on one device."""
+    import keras
+    import numpy as np
+
+    import tfgpu
+    from tfgpu.train.model import owner
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(100, 6)).astype("float32"), rng.integers(0, 3, 100)
+
+    def made() -> Any:
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)]
+        )
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        return model
+
+    model, twin = made(), made()
+    out: dict[str, Any] = {}
+    for when in ("before", "after"):
+        if when == "after":
+            tfgpu.fit(model, x, y, batch_size=20, epochs=2, shuffle=False, verbose=0)
+            twin.fit(x, y, batch_size=20, epochs=2, shuffle=False, verbose=0)
+        out[f"predict_{when}"] = tfgpu.predict(model, x, batch_size=16, verbose=0).tolist()
+        out[f"predict_{when}_replicas"] = int(owner(model).num_replicas_in_sync) if owner(model) else 1
+        out[f"evaluate_{when}"] = tfgpu.evaluate(model, x, y, batch_size=16, verbose=0)
+        out[f"evaluate_{when}_replicas"] = int(owner(model).num_replicas_in_sync) if owner(model) else 1
+        out[f"keras_predict_{when}"] = twin.predict(x, batch_size=16, verbose=0).tolist()
+        out[f"keras_evaluate_{when}"] = twin.evaluate(x, y, batch_size=16, verbose=0)
+    return out

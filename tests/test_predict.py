@@ -411,3 +411,22 @@ def test_a_keras_file_split_over_devices_predicts_as_one_device(files, tmp_path,
             str(tmp_path / "p"),
             options=PredictOptions(devices_per_replica=3),
         )
+
+
+@pytest.mark.process
+def test_predict_and_evaluate_of_a_model_from_no_scope_use_every_device_before_and_after_a_fit():
+    """Issue 67: on 2 logical CPUs, ``tfgpu.predict`` of a model made outside any scope ran under
+    TensorFlow's default strategy (one replica) until a ``tfgpu.fit`` moved the model; now it and
+    ``tfgpu.evaluate`` run on both replicas before and after a fit, with Keras's predictions and
+    figures on one device."""
+    from tfgpu.testing import run_on_logical_cpus
+
+    found = run_on_logical_cpus("bodies:predict_and_evaluate_from_no_scope", 2, timeout=300)
+    for when in ("before", "after"):
+        assert found[f"predict_{when}_replicas"] == 2 and found[f"evaluate_{when}_replicas"] == 2
+        np.testing.assert_allclose(
+            found[f"predict_{when}"], found[f"keras_predict_{when}"], rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            found[f"evaluate_{when}"], found[f"keras_evaluate_{when}"], rtol=1e-5, atol=1e-6
+        )

@@ -136,7 +136,9 @@ def _callbacks(callbacks: Any, *, model: Any, verbose: Any, steps: int | None) -
 
 def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     """(The strategy predict runs under, the model to run): the model's own strategy, or the
-    one given (a model from no scope is re-created in it, as ``tfgpu.fit`` does).
+    one given, or for a model from no scope tfgpu's choice (``tfgpu.strategy()``: every device),
+    where it is moved as ``tfgpu.fit`` and ``tfgpu.evaluate`` move it. Before, such a model was
+    predicted under TensorFlow's default strategy, one device of many, until a fit moved it.
 
     Under MultiWorkerMirroredStrategy every worker predicts every row on its own replicas
     (``_iterator``): Keras's ``predict`` gives every worker the whole result too. Under
@@ -147,7 +149,7 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     from tfgpu.train.evaluation import evaluation_strategy
 
     model_setup.ready_remat(model)  # a RematScope model fails in a compiled call without it
-    chosen, model = model_setup.placed(model, strategy)  # as fit and evaluate place it
+    chosen, model = model_setup.placed(model, strategy, choose=distribute.strategy)  # as fit and evaluate
     return evaluation_strategy(chosen), model
 
 

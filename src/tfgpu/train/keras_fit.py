@@ -62,7 +62,7 @@ def fit(
     micro_batches: int | None = None,
     tune: bool | str | Sequence[str] | None = None,
     tune_budget_s: float | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     prove: bool = True,
 ) -> Any:
     """Train a compiled Keras model as ``model.fit`` would, on tfgpu's loop; returns Keras's History.
@@ -82,7 +82,8 @@ def fit(
       the last K kept, ``checkpoint_epochs`` a save at each epoch's end too;
     - ``log_dir``: TensorBoard scalars (the logs, examples/s, input wait), chief only;
     - ``jit_compile``: XLA for the training step (default: as the model was compiled, said
-      where XLA cannot compile the step); ``seed``: the shuffle order of arrays;
+      where XLA cannot compile the step); ``seed``: the shuffle order of arrays (default: the
+      seed given to ``keras.utils.set_random_seed``, as Keras's ``fit`` follows it, else 0);
     - ``remat``: recompute activations in the backward pass instead of keeping them, for this run
       (True or ``"full"``: every layer; ``"activations"``: each activation function;
       ``"largest"``: the layers with the largest outputs); a model built in
@@ -138,7 +139,7 @@ def fit(
         eval_data=validation,
         batch_size=_per_replica(None if batch_size == "auto" else batch_size, replicas, train),
         steps_per_epoch=steps_per_epoch,
-        seed=seed,
+        seed=_shuffle_seed(seed),
         shuffle=bool(shuffle),
         callbacks=(*(callbacks or ()), *_epoch_hooks(train)),
         class_weight=class_weight,
@@ -246,7 +247,7 @@ def evaluate(
             is_chief=is_chief,
             verbose=shown,
             epochs=1,
-            steps=steps or source.steps_per_epoch,
+            steps=steps or source.known_length(),  # arrays: Keras's bar shows "3/8", not "3/Unknown"
             history=False,
         )
     logs = evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
@@ -270,6 +271,20 @@ def _evaluated(data: Any, task: Task, strategy: Any, *, in_cluster: bool) -> inp
         strategy=feed or evaluation_strategy(strategy),
         direct=feed is None,
     )
+
+
+def _shuffle_seed(seed: int | None) -> int:
+    """The seed arrays are shuffled with: the one given, else Keras's global seed when the user
+    set one (``keras.utils.set_random_seed``: Keras's ``fit`` shuffles by it, so runs meant to
+    differ, an ensemble's members, differ), else 0. A resumed run of the same script reads the
+    same batches: it sets the same seed."""
+    if seed is not None:
+        return seed
+    from keras.src.backend.common import global_state
+    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
+
+    found = global_state.get_global_attribute(GLOBAL_RANDOM_SEED)
+    return int(found) if found is not None else 0
 
 
 def _verbose(verbose: Any) -> int:
