@@ -908,3 +908,47 @@ def test_tfgpu_tune_precision_and_an_auto_batch(tmp_path):
     assert json.loads(trained.stdout)["global_batch"] == found["choices"]["batch_size"]
     bad = run_cli("train", f"{TASKS}:make_task", "--batch-size", "many", env=env)
     assert bad.returncode == 2 and "whole number or auto" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def _tuned(run_steps: int, *, budget_s=None):
+    """A tuner over ``dispatch_bound`` (about 20,000 examples/s at 32 a step from K=1: 1.6 ms a
+    step) for a run of ``run_steps`` steps, the budget left to the rule unless given."""
+    bench = FakeBench(dispatch_bound)
+    found = Tuner(
+        bench,
+        model=None,
+        options=TuneOptions(knobs=STEP_KNOBS, budget_s=budget_s),
+        default=Config(1),
+        batch=32,
+        run_steps=run_steps,
+        fixed_steps=False,
+    )
+    return found, bench, found.run()
+
+
+def test_a_fit_too_short_to_win_back_a_trial_is_not_tuned_and_says_so():
+    """Issue 65: ``tune=True`` never makes a fit more than 10% slower. The default is timed over a
+    few steps (1/32 of the run at most), then a run whose 8% cannot hold the cheapest choice
+    (one comparison and its proof, 0.1 s measurements) runs no trial; the note says why, and the
+    summary opens with it. A longer run tunes; a budget the user gave is spent as given."""
+    short, bench, (config, choices, gains) = _tuned(400)  # 0.64 s of steps
+    assert config == Config(1) and choices == {} and gains == {}
+    assert short.too_short and "too short to win back a trial" in short.too_short
+    assert short.trials == [] and bench.asked == [1]  # the calibration's one step, nothing more
+    line = tuning.Tuning(0.1, choices, gains, short.trials, short.notes).line()
+    assert line.startswith("tfgpu did not tune: the fit is too short to win back a trial")
+
+    long, _, (config, _, _) = _tuned(1_000_000)  # about 18 minutes of steps: tuned
+    assert long.too_short is None and config.steps_per_execution > 1
+    estimated = 1_000_000 * 32 / dispatch_bound(Config(1))  # about 1,100 s
+    assert long.budget_s == pytest.approx(min(60.0, max(20.0, 0.05 * estimated), 0.08 * estimated))
+    given, _, (config, _, _) = _tuned(400, budget_s=5.0)
+    assert given.too_short is None and config.steps_per_execution > 1
+
+
+def test_the_budget_is_never_more_than_a_share_of_the_run():
+    options = TuneOptions()
+    assert tuning.budget(options, estimated_run_s=None) == tuning.tuner.BUDGET_FLOOR_S
+    assert tuning.budget(options, estimated_run_s=100.0) == pytest.approx(8.0)  # the floor would be 20
+    assert tuning.budget(options, estimated_run_s=10_000.0) == tuning.tuner.BUDGET_CAP_S
+    assert tuning.budget(TuneOptions(budget_s=30.0), estimated_run_s=1.0) == 30.0
