@@ -561,3 +561,46 @@ def test_evaluate_s_progress_bar_knows_the_steps_of_arrays(capsys, clean_choices
     tfgpu.evaluate(model, x, y, batch_size=25, verbose=1, strategy=local_strategy(1))
     shown = capsys.readouterr().out
     assert "4/4" in shown and "Unknown" not in shown, shown
+
+
+class Percentages(keras.Model):
+    """A model whose own ``predict`` post-processes (probabilities to percentages) and whose
+    ``evaluate`` reports the loss alone, as exported end-to-end models write them."""
+
+    def __init__(self):
+        super().__init__()
+        self.dense = keras.layers.Dense(3, activation="softmax")
+
+    def call(self, inputs):
+        return self.dense(inputs)
+
+    def predict(self, inputs):
+        return super().predict(inputs, verbose=0) * 100.0
+
+    def evaluate(self, x, y, **kwargs):
+        return super().evaluate(x, y, verbose=0, **kwargs)[0] * 2.0
+
+
+class OwnFit(keras.Model):
+    def fit(self, *args, **kwargs):
+        return super().fit(*args, **kwargs)
+
+
+def test_a_model_s_own_predict_and_evaluate_give_their_results_and_an_own_fit_is_named(clean_choices):
+    """Issue 68 item 2: ``tfgpu.predict`` ran the network's ``predict_step`` and never the
+    model's ``predict`` override (on keras-io's multi_label_classification, an input-shape
+    error; on a model whose ``predict`` post-processes, other numbers than ``model.predict``,
+    silently). Now the override's result, as ``model.predict`` gives it; the same for
+    ``evaluate``; an override of ``fit`` (which tfgpu.fit would skip) is one message naming it."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(20, 4)).astype("float32"), rng.integers(0, 3, 20)
+    model = Percentages()
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    np.testing.assert_allclose(tfgpu.predict(model, x), model.predict(x), rtol=1e-6)
+    assert tfgpu.evaluate(model, x, y, batch_size=5) == pytest.approx(model.evaluate(x, y, batch_size=5))
+
+    inputs = keras.Input((4,))
+    own = OwnFit(inputs, keras.layers.Dense(1)(inputs))
+    own.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ConfigError, match=r"OwnFit\.fit \(.*test_as_written\.py:\d+\) overrides Keras's fit"):
+        tfgpu.fit(own, x, y.astype("float32"), epochs=1, verbose=0)

@@ -274,6 +274,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "losses",
                 "model_cache",
                 "options",
+                "overrides",  # a model's own fit / evaluate / predict
                 "remat",
                 "task",
                 "tuning.result",  # what a tuning found, and its kept file (read by the Trainer before it builds)

@@ -20,7 +20,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs, split
+from tfgpu.train import inputs, overrides, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
@@ -109,6 +109,7 @@ def fit(
     """
     from tfgpu.train.trainer import Trainer
 
+    overrides.refuse_fit(model)
     model_setup.check_compiled(model, call="tfgpu.fit")
     acting, per_batch = _acting(model, steps_per_execution, callbacks)
     options = TrainOptions.of(
@@ -145,8 +146,7 @@ def fit(
         class_weight=class_weight,
         validation_split=validation_split,
     )
-    _check_class_weight(trained, class_weight)
-    _check_validation_freq(validation_freq)
+    _check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
     trainer = Trainer(task, strategy=strategy, options=options)
     _say_per_batch(acting, per_batch, trained)
     result = trainer.fit(
@@ -230,6 +230,17 @@ def evaluate(
     """
     from tfgpu.train.evaluation import evaluator_for
 
+    if overrides.override(model, "evaluate"):
+        asked = {
+            "batch_size": batch_size,
+            "sample_weight": sample_weight,
+            "steps": steps,
+            "callbacks": callbacks,
+        }
+        given = {k: v for k, v in asked.items() if v is not None}
+        given.update({"verbose": verbose} if verbose != "auto" else {})
+        given.update({"return_dict": True} if return_dict else {})
+        return overrides.called(model, "evaluate", *((x,) if y is None else (x, y)), **given)
     model_setup.check_compiled(model, call="tfgpu.evaluate")
     strategy, placed = model_setup.placed(model, strategy, choose=distribute.strategy)
     data = _data(x, y, sample_weight, role="x", model=placed)
@@ -479,6 +490,12 @@ def _per_replica(batch_size: int | None, replicas: int, data: Any) -> int:
 def _compiled_steps(model: Any) -> int | None:
     steps = int(getattr(model, "steps_per_execution", 1) or 1)
     return steps if steps > 1 else None
+
+
+def _check_arguments(model: Any, *, class_weight: Any, validation_freq: Any) -> None:
+    """Keras's arguments this model can train with, each refused with its fix."""
+    _check_class_weight(model, class_weight)
+    _check_validation_freq(validation_freq)
 
 
 def _check_class_weight(model: Any, class_weight: Any) -> None:

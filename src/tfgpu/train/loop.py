@@ -132,7 +132,6 @@ class Loop:
         # the compiled functions called once (traced and instantiated): each pays that on its
         # first call, which is warm-up
         self.warmed: set[Any] = set()
-        self.planned: int | None = None  # the steps this fit will take, when known
         self.last: execution.Executed | None = None  # the last execution's accumulators
         if options.checkpoint_dir:
             self._checkpointed()
@@ -327,9 +326,6 @@ class EpochLoop(Loop):
             choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
-        per_epoch = self.setup.train.epoch_length(self.counters.epoch)
-        left = (epochs - self.counters.epoch) * per_epoch if epochs and per_epoch else None
-        self.planned = steps if steps is not None else None if left is None else self.counters.step + left
         with self.run_log(steps, callbacks) as run:
             while self.counters.epoch < (epochs if epochs is not None else float("inf")):
                 if steps is not None and self.counters.step >= steps:
