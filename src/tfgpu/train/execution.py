@@ -509,15 +509,15 @@ def in_graph_loop(
     execution ran at 0.67x (CNN) and 0.41x (MLP) of the bare loop with every per-step extra off
     (issue 54), and ``host_stop=False`` keeps the old condition for the ablation bench's row.
 
-    ``measure`` (training's measured windows only): the input wait, the time the step could not
+    ``measure`` (training's executions): the input wait, the time the step could not
     start for want of its batch: host timestamps around each fetch, counted only from the moment
     the step before it finished (a timestamp after that step's stateful ops and its state). A
     fetch runs alongside the step before it, and a distributed iterator's ``get_next`` can take
     a long time while the replicas compute (on logical CPU devices, 27% of the demo's step time)
     without the replicas ever waiting. That timestamp ties the host to the step's ops every
-    step, which a GPU may pay (issue 54), so evaluation, prediction and training's other windows
-    leave it out: ``wait`` is then 0, and the first fetch's wait (``first_wait``, before any
-    step: no tie) is still timed.
+    step; an H200 priced it at nothing measurable (issue 65), so training takes it in every
+    execution, and evaluation and prediction, which need no wait, leave it out: ``wait`` is then
+    0, and the first fetch's wait (``first_wait``, before any step: no tie) is still timed.
 
     ``known``: the caller knows ``limit`` batches are there (arrays, a dataset whose length
     tf.data knows, on one device: ``loop.EpochLoop``), so the loop is the bare one
