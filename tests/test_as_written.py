@@ -604,3 +604,64 @@ def test_a_model_s_own_predict_and_evaluate_give_their_results_and_an_own_fit_is
     own.compile(optimizer="sgd", loss="mse")
     with pytest.raises(ConfigError, match=r"OwnFit\.fit \(.*test_as_written\.py:\d+\) overrides Keras's fit"):
         tfgpu.fit(own, x, y.astype("float32"), epochs=1, verbose=0)
+
+
+class NoCall(keras.Model):
+    """keras-io semisupervised_simclr's shape: sub-models as Input-less ``Sequential``s, no
+    ``call()``, built and trained only in the model's own ``train_step``."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = keras.Sequential([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(4)])
+        self.head = keras.Sequential([keras.layers.Dense(3)])
+
+    def compile(self, optimizer, **kwargs):
+        super().compile(**kwargs)
+        self.own_optimizer = optimizer
+        self.tracker = keras.metrics.Mean(name="loss")
+
+    @property
+    def metrics(self):
+        return [self.tracker]
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            logits = self.head(self.encoder(x, training=True), training=True)
+            loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+        variables = self.encoder.trainable_weights + self.head.trainable_weights
+        self.own_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        self.tracker.update_state(loss)
+        return {"loss": self.tracker.result()}
+
+
+def _no_call_fit(api, strategy=None):
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 5)).astype("float32"), rng.integers(0, 3, 64)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    keras.utils.set_random_seed(0)
+    model = NoCall()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    history = (
+        model.fit(dataset, epochs=2, verbose=0)
+        if api == "keras"
+        else tfgpu.fit(model, dataset, epochs=2, verbose=0, strategy=strategy)
+    )
+    return model.encoder.get_weights() + model.head.get_weights(), history.history
+
+
+def test_a_model_with_no_call_whose_step_builds_its_layers_trains_as_keras_on_one_device(clean_choices):
+    """Issue 68 item 1: ``tfgpu.fit`` stopped with "Unable to automatically build the model" where
+    Keras's ``fit`` trains it on one device (its first ``train_step`` makes the variables). A
+    throwaway trace of the step builds them now, with the same initial weights: one device's
+    weights and history exactly. On 2 replicas (where Keras's own ``fit`` fails too) one message
+    names the layers and the fix."""
+    expected, keras_history = _no_call_fit("keras")
+    weights, history = _no_call_fit("tfgpu", local_strategy(1))
+    for a, b in zip(weights, expected, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-6)
+    with pytest.raises(
+        ConfigError, match=r"no call\(\) and its train_step builds its layers .* on 2 replicas"
+    ):
+        _no_call_fit("tfgpu", local_strategy(2))

@@ -613,13 +613,15 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
     try:
         with strategy.scope():
             if not _built(model):
-                _symbolic_build(model, element_spec)
+                _symbolic_build(model, strategy, element_spec)
                 _build_step_optimizers(model, strategy, element_spec)
             elif not model_cache.checked(model, str(element_spec)):
                 # built already (trained before, or for other data): the labels still must fit;
                 # once per model and data structure (the check traces the model: tens of ms)
                 _check_loss(model, element_spec)
         model_cache.mark_checked(model, str(element_spec))
+    except ConfigError:  # said already, with its fix
+        raise
     except (ValueError, TypeError, AssertionError, RuntimeError) as exc:
         raise _build_error(model, strategy, element_spec, exc) from None
 
@@ -705,14 +707,29 @@ def _loss_refuses(model: Any, element_spec: Any) -> bool:
     return False
 
 
-def _symbolic_build(model: Any, element_spec: Any) -> None:
+def _symbolic_build(model: Any, strategy: Any, element_spec: Any) -> None:
     """Keras's symbolic build from the data's spec; a model with no ``call`` of its own (the
-    GAN of the "customizing fit" guide: its ``train_step`` calls its sub-models, already built)
-    is built once its sub-models are, as its first step would leave it."""
+    GAN of the "customizing fit" guide: its ``train_step`` calls its sub-models) is built once
+    its sub-models are, as its first step would leave it. Sub-models without an ``Input``
+    (keras-io's semisupervised_simclr: encoders as Input-less ``Sequential``s, used only in
+    ``train_step``) are built by a throwaway trace of that step, as Keras's first step on one
+    device builds them, with the same initial weights; nothing of the trace runs."""
+    import warnings
+
+    import keras
+
     try:
-        model._symbolic_build(data_batch=element_spec)
+        with warnings.catch_warnings():  # Keras's try of a build() the model does not define
+            warnings.filterwarnings("ignore", message=r"`build\(\)` was called on layer")
+            model._symbolic_build(data_batch=element_spec)
     except RuntimeError:
         inner = list(model._flatten_layers(include_self=False))
+        if (
+            inner
+            and not all(layer.built for layer in inner)
+            and type(model).train_step is not keras.Model.train_step
+        ):
+            _built_by_its_step(model, strategy, element_spec, inner)
         if not inner or not all(layer.built for layer in inner):
             raise
         model.built = True
@@ -720,20 +737,60 @@ def _symbolic_build(model: Any, element_spec: Any) -> None:
             model.optimizer.build(model.trainable_variables)
 
 
+def _built_by_its_step(model: Any, strategy: Any, element_spec: Any, inner: list[Any]) -> None:
+    """The sub-layers a custom ``train_step`` builds, built by a throwaway trace of it. On
+    several replicas a variable made inside ``strategy.run`` cannot be (Keras's own ``fit``
+    fails there too): one message naming the layers and the fix."""
+    unbuilt = [layer.name for layer in inner if not layer.built]
+    try:
+        _traced_step(model, strategy, element_spec, _optimizers_held(model))
+    except Exception as exc:
+        if int(strategy.num_replicas_in_sync) == 1:
+            raise
+        raise ConfigError(
+            f"The model has no call() and its train_step builds its layers ({', '.join(unbuilt[:4])}), "
+            f"which cannot be done on {strategy.num_replicas_in_sync} replicas ({type(exc).__name__})",
+            value=unbuilt,
+            fix="build them before tfgpu.fit, as one device's first step would: call each on one batch "
+            "(e.g. model.encoder(x[:1])), or train on one device",
+        ) from None
+
+
+def _optimizers_held(model: Any) -> list[Any]:
+    """The optimizers the model holds: its compiled one and those a custom step keeps as
+    attributes (a GAN's ``d_optimizer`` / ``g_optimizer``)."""
+    import keras
+
+    held = [v for v in vars(model).values() if isinstance(v, keras.optimizers.Optimizer)]
+    if model.optimizer is not None and all(o is not model.optimizer for o in held):
+        held.append(model.optimizer)
+    return held
+
+
 def _build_step_optimizers(model: Any, strategy: Any, element_spec: Any) -> None:
     """Build the optimizers a custom ``train_step`` applies, with the variables it gives each.
 
     Keras builds an optimizer on its first ``apply``; inside ``strategy.run`` that fails (the
     GAN guide's ``d_optimizer`` / ``g_optimizer``: Keras's own ``fit`` needs them built by hand
-    under a strategy). One throwaway trace of the step, with ``apply`` recording its variables
-    instead of applying, tells which; nothing of that trace runs.
+    under a strategy). One throwaway trace of the step (``_traced_step``) tells which.
     """
     import keras
-    import tensorflow as tf
 
     lazy = [v for v in vars(model).values() if isinstance(v, keras.optimizers.Optimizer) and not v.built]
     if not lazy or type(model).train_step is keras.Model.train_step:
         return
+    used = _traced_step(model, strategy, element_spec, lazy)
+    for optimizer in lazy:
+        if used.get(id(optimizer)):
+            optimizer.build(_unique(used[id(optimizer)]))
+
+
+def _traced_step(model: Any, strategy: Any, element_spec: Any, optimizers: list[Any]) -> dict[int, list[Any]]:
+    """One throwaway trace of the model's ``train_step`` under ``strategy``, each of
+    ``optimizers``' ``apply`` recording its variables instead of applying (by ``id``): the
+    layers the step calls are built by it; nothing of the trace runs."""
+    import tensorflow as tf
+
     used: dict[int, list[Any]] = {}
 
     def recorder(optimizer: Any) -> Any:
@@ -742,7 +799,7 @@ def _build_step_optimizers(model: Any, strategy: Any, element_spec: Any) -> None
 
         return apply
 
-    for optimizer in lazy:
+    for optimizer in optimizers:
         object.__setattr__(optimizer, "apply", recorder(optimizer))
     try:
         spec = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), element_spec)
@@ -750,11 +807,9 @@ def _build_step_optimizers(model: Any, strategy: Any, element_spec: Any) -> None
             lambda batch: strategy.run(model.train_step, args=(batch,)), autograph=False
         ).get_concrete_function(spec)
     finally:
-        for optimizer in lazy:
+        for optimizer in optimizers:
             del optimizer.apply
-    for optimizer in lazy:
-        if used.get(id(optimizer)):
-            optimizer.build(_unique(used[id(optimizer)]))
+    return used
 
 
 def _unique(variables: list[Any]) -> list[Any]:
