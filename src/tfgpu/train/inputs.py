@@ -169,7 +169,10 @@ class Input:
         self.per_epoch = callable(source) and not self.is_dataset and takes_epoch(source)
         self.steps_per_epoch: int | None = task.steps_per_epoch if training else None
         self.element_spec: Any = None  # one worker's dataset's, set when it is built
-        self._weigh = _class_weights(task.class_weight) if training and task.class_weight else None
+        # a map of tfgpu's own, traced as written (``tfgpu.graphs``)
+        self._weigh = (
+            as_written(_class_weights(task.class_weight)) if training and task.class_weight else None
+        )
         self._built: Any = None
         self._built_epoch: int | None = None
         self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
@@ -287,7 +290,7 @@ class Input:
 
         if self.element_spec is None:
             if self.is_dataset:
-                dataset = self.source.map(as_written(self._weigh)) if self._weigh is not None else self.source
+                dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
                 self.element_spec = dataset.element_spec
             elif distribute.is_parameter_server(self.strategy):
                 # the workers build their own datasets; this one is only looked at
@@ -300,7 +303,7 @@ class Input:
         """fn(input_context) -> this source's dataset on one worker (ParameterServerStrategy)."""
         if self.is_dataset:
             return _copied_to_each_worker(
-                self.source.map(as_written(self._weigh)) if self._weigh is not None else self.source
+                self.source.map(self._weigh) if self._weigh is not None else self.source
             )
         return self._per_worker(0)
 
@@ -336,7 +339,7 @@ class Input:
         import tensorflow as tf
 
         if self.is_dataset:
-            dataset = self.source.map(as_written(self._weigh)) if self._weigh is not None else self.source
+            dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
             dataset = _sliced_per_batch(dataset, self.strategy, direct=self.direct)
             if self.tf_options is not None:
                 dataset = over(dataset, self.tf_options)
@@ -376,7 +379,7 @@ class Input:
                     input_context=ctx,
                     options=_pipeline_options(task, training, drop_remainder=self._drop_remainder),
                 )
-            return dataset.map(as_written(self._weigh)) if self._weigh is not None else dataset
+            return dataset.map(self._weigh) if self._weigh is not None else dataset
 
         return make
 
