@@ -665,3 +665,34 @@ def test_a_model_with_no_call_whose_step_builds_its_layers_trains_as_keras_on_on
         ConfigError, match=r"no call\(\) and its train_step builds its layers .* on 2 replicas"
     ):
         _no_call_fit("tfgpu", local_strategy(2))
+
+
+def test_a_model_predicted_on_tfgpu_s_choice_then_fit_on_another_strategy_moves_in_place(
+    caplog, clean_choices
+):
+    """A model from no scope is moved into tfgpu's strategy by ``tfgpu.predict`` (issue 67); a fit
+    given another strategy then moves it again, in place: its variables are read outside the new
+    scope (read inside it, the first strategy's variables failed with "Mixing different
+    tf.distribute.Strategy objects", the model was cloned and its optimizer state could not come
+    back: the imbalanced-data tutorial). It trains to one device's weights."""
+    import logging
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(48, 4)).astype("float32"), rng.normal(size=(48, 1)).astype("float32")
+
+    def made():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(3, activation="relu"), keras.layers.Dense(1)]
+        )
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+        return model
+
+    model, twin = made(), made()
+    tfgpu.predict(model, x, verbose=0)
+    with caplog.at_level(logging.WARNING, logger="tfgpu"):
+        tfgpu.fit(model, x, y, batch_size=8, epochs=2, shuffle=False, verbose=0, strategy=local_strategy(2))
+    twin.fit(x, y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    assert "cloning the model" not in caplog.text
+    for a, b in zip(model.get_weights(), twin.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

@@ -184,15 +184,16 @@ def rehome(model: Any, strategy: Any) -> Any:
         state.update({id(v): v for v in optimizer.variables})
     state.update({id(v): v for v in metric_state(model)})
     keyed = optimizer_keys(held, state.values())
-    moved = 0
+    # moved already: a second call moves only what was made since (a re-compile's)
+    moving = [v for v in state.values() if not strategy.extended.variable_created_in_scope(v._value)]
+    # read outside the scope: a model tfgpu moved into another strategy before (predict's choice,
+    # then a fit given its own) holds that strategy's variables, which cannot be read in this one's
+    values = [tf.convert_to_tensor(v._value) for v in moving]
     with strategy.scope():
-        for variable in state.values():
-            if strategy.extended.variable_created_in_scope(variable._value):
-                continue  # moved already: a second call moves only what was made since (a re-compile's)
-            moved += 1
+        for variable, value in zip(moving, values, strict=True):
             summed = variable.synchronization == "on_read" and variable.aggregation == "sum"
-            value = tf.convert_to_tensor(variable._value)
             back(variable, tf.zeros_like(value) if summed else value)
+    moved = len(moving)
     model._distribute_strategy = strategy
     rekey_optimizer(keyed)
     if moved:  # a compiled step captured the old variables: it would update those, not these
@@ -837,8 +838,9 @@ def _adopt_optimizer(model: Any, strategy: Any) -> None:
         if getattr(optimizer, "_distribution_strategy", strategy) is strategy:
             continue
         if id(optimizer) not in made:
+            config = optimizer.get_config()  # outside: it reads variables of the strategy it was made under
             with strategy.scope():
-                made[id(optimizer)] = type(optimizer).from_config(optimizer.get_config())
+                made[id(optimizer)] = type(optimizer).from_config(config)
         setattr(model, name, made[id(optimizer)])
     if made:
         choices.record(
