@@ -49,10 +49,8 @@ def predict_arrays(
     from tfgpu.train.options import Placement
 
     if overrides.override(model, "predict"):  # the user's own predict: its result, as theirs
-        asked = {"batch_size": batch_size, "steps": steps, "callbacks": callbacks}
-        given = {k: v for k, v in asked.items() if v is not None}
         return overrides.called(
-            model, "predict", x, **given, **({"verbose": verbose} if verbose != "auto" else {})
+            model, "predict", x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
         )
 
     placement = Placement(devices_per_replica=devices_per_replica, micro_batches=micro_batches)

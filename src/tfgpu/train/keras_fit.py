@@ -230,17 +230,18 @@ def evaluate(
     """
     from tfgpu.train.evaluation import evaluator_for
 
-    if overrides.override(model, "evaluate"):
-        asked = {
-            "batch_size": batch_size,
-            "sample_weight": sample_weight,
-            "steps": steps,
-            "callbacks": callbacks,
-        }
-        given = {k: v for k, v in asked.items() if v is not None}
-        given.update({"verbose": verbose} if verbose != "auto" else {})
-        given.update({"return_dict": True} if return_dict else {})
-        return overrides.called(model, "evaluate", *((x,) if y is None else (x, y)), **given)
+    if overrides.override(model, "evaluate"):  # the user's own evaluate: its result, as theirs
+        return overrides.called(
+            model,
+            "evaluate",
+            *((x,) if y is None else (x, y)),
+            batch_size=batch_size,
+            verbose=verbose,
+            sample_weight=sample_weight,
+            steps=steps,
+            callbacks=callbacks,
+            return_dict=return_dict,
+        )
     model_setup.check_compiled(model, call="tfgpu.evaluate")
     strategy, placed = model_setup.placed(model, strategy, choose=distribute.strategy)
     data = _data(x, y, sample_weight, role="x", model=placed)

@@ -193,10 +193,9 @@ def rehome(model: Any, strategy: Any) -> Any:
         for variable, value in zip(moving, values, strict=True):
             summed = variable.synchronization == "on_read" and variable.aggregation == "sum"
             back(variable, tf.zeros_like(value) if summed else value)
-    moved = len(moving)
     model._distribute_strategy = strategy
     rekey_optimizer(keyed)
-    if moved:  # a compiled step captured the old variables: it would update those, not these
+    if moving:  # a compiled step captured the old variables: it would update those, not these
         model_cache.forget(model)
     for inner in optimizers_of(held):
         inner._distribution_strategy = strategy

@@ -37,9 +37,14 @@ def override(model: Any, name: str) -> str | None:
     return f"{type(model).__name__}.{name}{where}"
 
 
-def called(model: Any, name: str, *args: Any, **given: Any) -> Any:
-    """The override ``name`` of ``model`` called on ``args`` with the keywords of ``given`` it
-    takes (``given``: what the user passed, defaults left out), as the user's own call would be."""
+# Keras's defaults of the keywords tfgpu passes on: left out, so the override's own apply
+KERAS_DEFAULTS = {"verbose": "auto", "return_dict": False}
+
+
+def called(model: Any, name: str, *args: Any, **asked: Any) -> Any:
+    """The override ``name`` of ``model`` called on ``args`` with the keywords of ``asked`` the
+    user set (None and Keras's defaults left out) that it takes, as the user's own call would be."""
+    given = {k: v for k, v in asked.items() if v is not None and KERAS_DEFAULTS.get(k) != v}
     method = getattr(model, name)
     parameters = inspect.signature(method).parameters.values()
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
