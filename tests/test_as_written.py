@@ -510,6 +510,29 @@ def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
     assert tfgpu.fit(once, x, y, **FIT).train_result.proof is None  # proved once per compiled state
 
 
+def test_a_loss_over_its_own_count_that_is_0_over_0_on_zeros_is_not_checked_not_said_to_differ(
+    caplog, clean_choices
+):
+    """keras-io's NER loss divides by the batch's non-padding tokens: on the batch of zeros the
+    proof steps on for a Dataset it is 0/0, and the proof said "do not train as one device ...: ."
+    with no figure, a warning about nothing. It now says why it did not check."""
+    x, y = regression()
+    y = np.abs(y) + 1.0  # every real row counts
+
+    def over_its_count(y_true, y_pred):
+        mask = keras.ops.cast(y_true > 0, "float32")
+        return keras.ops.sum(keras.ops.square(y_true - y_pred) * mask) / keras.ops.sum(mask)
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer="sgd", loss=over_its_count)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    with caplog.at_level("WARNING", logger="tfgpu"):
+        proof = tfgpu.fit(model, data, strategy=local_strategy(2), epochs=1, verbose=0).train_result.proof
+    assert proof.status == "not checked" and "not finite" in proof.sentence, proof
+    assert not [r for r in caplog.records if "do not train as one device" in r.getMessage()]
+
+
 def test_a_proved_model_checkpoints_and_resumes(tmp_path, clean_choices):
     """The proof lends the optimizer's variables and gives them back, re-keying its index dict:
     through ``pop`` that passed TensorFlow's wrapper of the dict by, and the next checkpoint save

@@ -405,6 +405,49 @@ def test_a_dataset_reading_files_trains_on_two_workers_as_one_device(tmp_path, f
         )
 
 
+@pytest.mark.slow
+@pytest.mark.process
+def test_a_padded_text_dataset_from_a_file_trains_on_two_workers_as_one_device(tmp_path):
+    """Issue 68, item 3: keras-io's NER input (a TextLineDataset, a StringLookup in a map,
+    ``padded_batch(32)`` over 202 sentences: a last batch of 10) with Embeddings. Under tfgpu
+    launch --nproc 2 the run aborted in the optimizer's all-gather ("Shape mismatch in the
+    collective instance ... expected shape [544,8] but another member in the group expected
+    shape [576,8]"): a padded batch changes shape every step inside a call. Each step now runs in
+    a call of its own there: with a loss and optimizer that are one device's on several replicas,
+    both workers end at one device's weights, history and evaluation; as the example compiles it
+    (its loss divides by a replica's own token count, Adam squares sparse slices) both workers
+    agree and the loss tracks one device's."""
+    import json
+    import sys
+
+    from conftest import run_cli
+
+    script = __import__("pathlib").Path(__file__).parent / "scripts" / "padded_text.py"
+    done = run_cli("launch", "--nproc", "2", "--", sys.executable, str(script), str(tmp_path), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    sys.path.insert(0, str(script.parent))
+    try:
+        import padded_text
+    finally:
+        sys.path.remove(str(script.parent))
+    data = padded_text.dataset(str(tmp_path / "conll_train.txt"))
+    for compiled in padded_text.COMPILED:
+        reference = padded_text.model(compiled)
+        expected = reference.fit(data, epochs=2, verbose=0).history["loss"]
+        found = [json.loads((tmp_path / f"worker-{i}-{compiled}.json").read_text()) for i in (0, 1)]
+        weights = [np.load(tmp_path / f"worker-{i}-{compiled}.npz") for i in (0, 1)]
+        assert found[0] == found[1]
+        for i in range(len(reference.get_weights())):
+            np.testing.assert_array_equal(weights[0][f"arr_{i}"], weights[1][f"arr_{i}"])
+        if compiled == "exact":
+            for i, theirs in enumerate(reference.get_weights()):
+                np.testing.assert_allclose(weights[0][f"arr_{i}"], theirs, rtol=1e-5, atol=1e-6)
+            assert found[0]["history"]["loss"] == pytest.approx(expected, rel=1e-5)
+            assert found[0]["evaluate"] == pytest.approx(reference.evaluate(data, verbose=0), rel=1e-5)
+        else:
+            assert found[0]["history"]["loss"] == pytest.approx(expected, rel=1e-3)
+
+
 def test_pass_at_follows_keras_s_epochs_through_the_arrays():
     """1000 rows in batches of 64 (16 a pass) at 5 an epoch: Keras trains 5, 5, 5, 1, then again."""
     from tfgpu.train.inputs import pass_at

@@ -192,7 +192,9 @@ class Loop:
             left.append(steps - step)
         if per_epoch is not None:
             left.append(per_epoch - self.counters.epoch_step)
-        if self._last_step_alone:  # per epoch, or a Dataset's length when tf.data knows it
+        if self._one_step_a_call:
+            left.append(1)
+        elif self._last_step_alone:  # per epoch, or a Dataset's length when tf.data knows it
             length = per_epoch or self.setup.train.known_length()
             if length is not None and length - self.counters.epoch_step > 1:
                 left.append(length - 1 - self.counters.epoch_step)
@@ -209,6 +211,31 @@ class Loop:
         from tfgpu.train.model import looked_up
 
         return self.setup.strategy.num_replicas_in_sync > 1 and bool(looked_up(self.model))
+
+    @functools.cached_property
+    def _one_step_a_call(self) -> bool:
+        """Whether every step runs in a call of its own: where the last step cannot be run alone
+        (``_last_step_alone``) because a step's shape may change at any step (a padded batch's
+        length, keras-io's NER example: "expected shape [544,8] but another member in the group
+        expected shape [576,8]" under tfgpu launch --nproc 2), or the epoch's end is not known
+        before the data runs out (a file's lines). One step a call is Keras's own default; the
+        choice is said (``steps_per_execution``)."""
+        if not self._last_step_alone or self.setup.train.arrays_given:
+            return False
+        why = None
+        if _shape_may_change(self.setup.train.spec()):
+            why = "a batch's shape may change from step to step"
+        elif self.setup.train.steps_per_epoch is None and self.setup.train.known_length() is None:
+            why = "the data's length is unknown, so its short last batch cannot be run alone"
+        if why is None:
+            return False
+        choices.record(
+            "steps_per_execution",
+            1,
+            f"sparse gradients (an Embedding) on {self.setup.strategy.num_replicas_in_sync} replicas "
+            f"and {why}: their all-gather aborts when a shape changes inside a call",
+        )
+        return True
 
     def at_boundary(self) -> bool:
         return any(self.counters.step % every == 0 for every in self.options.boundaries())
@@ -444,6 +471,19 @@ class EpochLoop(Loop):
                 batch=self.setup.task.batch_size,
                 global_batch=self.setup.global_batch,
             ) from None
+
+
+def _shape_may_change(spec: Any) -> bool:
+    """Whether a batch of ``spec`` may take another shape than the last beyond its rows (a
+    dimension past the first unknown, or a ragged or sparse part)."""
+    import tensorflow as tf
+
+    for part in tf.nest.flatten(spec):
+        if not isinstance(part, tf.TensorSpec):
+            return True
+        if any(d is None for d in part.shape.as_list()[1:]) if part.shape.rank is not None else True:
+            return True
+    return False
 
 
 def check_length(*, epochs: int | None, steps: int | None, initial_epoch: int) -> None:
