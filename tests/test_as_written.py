@@ -3,6 +3,8 @@ to one device's numbers. Each test compares with Keras's own fit on one device."
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 import numpy as np
 import pytest
@@ -658,13 +660,30 @@ class NoCall(keras.Model):
         return {"loss": self.tracker.result()}
 
 
-def _no_call_fit(api, strategy=None):
+class AveragedNoCall(NoCall):
+    """The same, its loss averaged over the global batch (``tf.nn.compute_average_loss``), as a
+    step written for several replicas averages it."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            logits = self.head(self.encoder(x, training=True), training=True)
+            per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            loss = tf.nn.compute_average_loss(per_example)
+        variables = self.encoder.trainable_weights + self.head.trainable_weights
+        self.own_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        self.tracker.update_state(tf.reduce_mean(per_example))
+        return {"loss": self.tracker.result()}
+
+
+def _no_call_fit(api, strategy=None, made=NoCall, *, in_scope=False):
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(64, 5)).astype("float32"), rng.integers(0, 3, 64)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     keras.utils.set_random_seed(0)
-    model = NoCall()
-    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    with strategy.scope() if in_scope else contextlib.nullcontext():
+        model = made()
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
     history = (
         model.fit(dataset, epochs=2, verbose=0)
         if api == "keras"
@@ -677,17 +696,21 @@ def test_a_model_with_no_call_whose_step_builds_its_layers_trains_as_keras_on_on
     """Issue 68 item 1: ``tfgpu.fit`` stopped with "Unable to automatically build the model" where
     Keras's ``fit`` trains it on one device (its first ``train_step`` makes the variables). A
     throwaway trace of the step builds them now, with the same initial weights: one device's
-    weights and history exactly. On 2 replicas (where Keras's own ``fit`` fails too) one message
-    names the layers and the fix."""
+    weights and history exactly. On 2 replicas (where Keras's own ``fit`` fails: a variable
+    made inside ``strategy.run``) the step is traced outside any scope and the model moved into
+    the strategy's: a step that averages its loss over the global batch trains to one device's
+    weights."""
     expected, keras_history = _no_call_fit("keras")
     weights, history = _no_call_fit("tfgpu", local_strategy(1))
     for a, b in zip(weights, expected, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-6)
-    with pytest.raises(
-        ConfigError, match=r"no call\(\) and its train_step builds its layers .* on 2 replicas"
-    ):
-        _no_call_fit("tfgpu", local_strategy(2))
+    expected, keras_history = _no_call_fit("keras", made=AveragedNoCall)
+    for inside in (False, True):  # made outside any scope, and inside the strategy's
+        weights, history = _no_call_fit("tfgpu", local_strategy(2), made=AveragedNoCall, in_scope=inside)
+        for a, b in zip(weights, expected, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-5)
 
 
 def test_a_model_predicted_on_tfgpu_s_choice_then_fit_on_another_strategy_moves_in_place(

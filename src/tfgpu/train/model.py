@@ -611,6 +611,8 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
     ready_remat(model)
     _adopt_optimizer(model, strategy)
     try:
+        if not _built(model) and _built_by_its_step_on_one_device(model, strategy, element_spec):
+            rehome(model, strategy)
         with strategy.scope():
             if not _built(model):
                 _symbolic_build(model, strategy, element_spec)
@@ -740,7 +742,8 @@ def _symbolic_build(model: Any, strategy: Any, element_spec: Any) -> None:
 def _built_by_its_step(model: Any, strategy: Any, element_spec: Any, inner: list[Any]) -> None:
     """The sub-layers a custom ``train_step`` builds, built by a throwaway trace of it. On
     several replicas a variable made inside ``strategy.run`` cannot be (Keras's own ``fit``
-    fails there too): one message naming the layers and the fix."""
+    fails there too; ``_built_by_its_step_on_one_device`` builds it first where it can): one
+    message naming the layers and the fix."""
     unbuilt = [layer.name for layer in inner if not layer.built]
     try:
         _traced_step(model, strategy, element_spec, _optimizers_held(model))
@@ -754,6 +757,30 @@ def _built_by_its_step(model: Any, strategy: Any, element_spec: Any, inner: list
             fix="build them before tfgpu.fit, as one device's first step would: call each on one batch "
             "(e.g. model.encoder(x[:1])), or train on one device",
         ) from None
+
+
+def _built_by_its_step_on_one_device(model: Any, strategy: Any, element_spec: Any) -> bool:
+    """On several replicas, a model with no ``call`` whose ``train_step`` builds its sub-layers
+    (keras-io's semisupervised_simclr), built by a throwaway trace of that step outside any
+    scope, as one device's first step builds it (the same initial weights), for ``rehome`` to
+    move into ``strategy``: a variable made inside ``strategy.run`` cannot be (Keras's own
+    ``fit`` fails there), and a step traced in the scope outside ``run`` cannot call what needs
+    a replica context (``tf.nn.compute_average_loss``). False where that is not the case."""
+    import keras
+    import tensorflow as tf
+
+    if int(strategy.num_replicas_in_sync) == 1 or tf.distribute.has_strategy():
+        return False
+    if type(model).call is not keras.Model.call or type(model).train_step is keras.Model.train_step:
+        return False
+    inner = list(model._flatten_layers(include_self=False))
+    if not inner or all(layer.built for layer in inner):
+        return False
+    _traced_step(model, tf.distribute.get_strategy(), element_spec, _optimizers_held(model))
+    if not all(layer.built for layer in inner):
+        return False
+    model.built = True
+    return True
 
 
 def _optimizers_held(model: Any) -> list[Any]:
