@@ -1,14 +1,17 @@
 """Issues 43 and 57's root: arrangements drawn, not chosen. Hypothesis draws how the model is
 made (a Sequential with and without ``Input``, functional, subclassed, a custom layer without
 ``get_config``, a ``Lambda``, an ``Embedding`` (sparse gradients), a model stepping two optimizers
-of its own in a custom ``train_step``), where it is made and compiled (inside the strategy's
+of its own in a custom ``train_step``, a model with no ``call()`` whose ``train_step`` builds its
+Input-less sub-models, a model whose own ``predict`` post-processes), where it is made and compiled (inside the strategy's
 scope, at module level, or made outside and compiled inside), the optimizer (SGD, with momentum,
 Adam, RMSprop: slot variables are where an unbuilt model compiled in the scope failed), its loss
 (a name, an object, a per-example function, a function returning one number), the input (arrays,
-a ``tf.data.Dataset`` from tensors, one that reads a TFRecord file), the rows (leaving a short last
+a ``tf.data.Dataset`` from tensors, one that reads a TFRecord file, a ``padded_batch`` of a text
+file's lines of 1-4 values: to each batch's longest for the Embedding, whose shape then changes
+from step to step), the rows (leaving a short last
 batch) and 1-3 replicas, with a callback acting on every batch; each drawn case is compared with
-Keras's own ``fit`` and ``evaluate`` on one device: weights, history, the batch calls and the
-evaluation. A model made under another strategy than the one passed fails before training, with
+Keras's own ``fit``, ``evaluate`` and ``predict`` on one device: weights, history, the batch
+calls, the evaluation and the predictions (the model's own ``predict`` where it has one). A model made under another strategy than the one passed fails before training, with
 one message naming that cause and the fix.
 
 A short last batch trains as on one device, however it splits over the replicas: arrays drop
@@ -61,9 +64,11 @@ BUILDS = (
     "lambda",
     "embedding",
     "two-optimizers",
+    "no-call",
+    "own-predict",
 )
 LOSSES = ("name", "object", "per-example", "one-number")
-INPUTS = ("arrays", "dataset", "file")
+INPUTS = ("arrays", "dataset", "file", "padded-file")
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
 WHERE = ("outside", "inside", "compiled-inside", "another-strategy")
 VOCABULARY = 12
@@ -134,6 +139,45 @@ class TwoOptimizers(keras.Model):
         return {"loss": self.tracker.result()}
 
 
+class NoCall(keras.Model):
+    """keras-io's semisupervised_simclr's shape: sub-models as ``Sequential``s without an
+    ``Input``, no ``call()``, built by the first ``train_step``, which steps the compiled optimizer
+    on the compiled loss (``compute_loss``); the tracker is fed the per-example squares."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = keras.Sequential([keras.layers.Dense(3)])
+        self.head = keras.Sequential([keras.layers.Dense(1)])
+        self.tracker = keras.metrics.Mean(name="loss")
+
+    @property
+    def metrics(self):
+        return [self.tracker]
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            y_pred = self.head(self.encoder(x, training=True), training=True)
+            loss = self.compute_loss(x=x, y=y, y_pred=y_pred)
+        variables = self.encoder.trainable_weights + self.head.trainable_weights
+        self.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+        self.tracker.update_state(keras.ops.square(y - self.head(self.encoder(x))))
+        return {"loss": self.tracker.result()}
+
+    def test_step(self, data):
+        x, y = data
+        self.tracker.update_state(keras.ops.square(y - self.head(self.encoder(x))))
+        return {"loss": self.tracker.result()}
+
+
+class OwnPredict(keras.Model):
+    """A functional model whose own ``predict`` post-processes (keras-io's end-to-end export
+    model's shape): ``tfgpu.predict`` must give what ``model.predict`` gives."""
+
+    def predict(self, x, **kwargs):
+        return 100.0 * super().predict(x, **kwargs) + 1.0
+
+
 def build(kind: str):
     keras.utils.set_random_seed(0)
     if kind == "sequential":
@@ -144,10 +188,15 @@ def build(kind: str):
         return Subclassed()
     if kind == "two-optimizers":
         return TwoOptimizers()
-    if kind == "embedding":
-        inputs = keras.Input((4,), dtype="int32")
-        hidden = keras.layers.Flatten()(keras.layers.Embedding(VOCABULARY, 2)(inputs))
+    if kind == "no-call":
+        return NoCall()
+    if kind == "embedding":  # any length: a padded batch's is its longest row's
+        inputs = keras.Input((None,), dtype="int32")
+        hidden = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(VOCABULARY, 2)(inputs))
         return keras.Model(inputs, keras.layers.Dense(1)(hidden))
+    if kind == "own-predict":
+        inputs = keras.Input((4,))
+        return OwnPredict(inputs, keras.layers.Dense(1)(keras.layers.Dense(3)(inputs)))
     inputs = keras.Input((4,))
     hidden = {
         "functional": keras.layers.Dense(3),
@@ -211,6 +260,22 @@ def tfrecord(x, y, path):
     return tf.data.TFRecordDataset(str(path)).map(parse)
 
 
+def padded_lines(x, y, path, *, global_batch: int, longest: bool):
+    """The rows as a text file's lines, row i keeping its first 1 + i % 4 values, read back and
+    ``padded_batch``-ed with zeros (keras-io's NER input's shape): to 4 values, or, ``longest``,
+    to each batch's longest row (the Embedding's batches then change shape from step to step)."""
+    with open(path, "w") as handle:
+        for i, (row, label) in enumerate(zip(x, y, strict=True)):
+            handle.write(",".join(f"{v:.6f}" for v in (*label, *row[: 1 + i % 4])) + "\n")
+
+    def parse(line):
+        values = tf.strings.to_number(tf.strings.split(line, ","))
+        return tf.cast(values[1:], x.dtype), values[:1]
+
+    shapes = ([None] if longest else [4], [1])
+    return tf.data.TextLineDataset(str(path)).map(parse).padded_batch(global_batch, padded_shapes=shapes)
+
+
 def data(case, global_batch: int, path):
     """(what tfgpu is given, what Keras's reference is given: arrays it batches, or a Dataset)."""
     x, y = features(case["build"], case["rows"])
@@ -220,6 +285,12 @@ def data(case, global_batch: int, path):
             case["rows"] - short if short < case["replicas"] else case["rows"]
         )  # fewer than replicas: dropped
         return (x, y), (x[:kept], y[:kept])
+    if case["input"] == "padded-file":
+        given = padded_lines(x, y, path, global_batch=global_batch, longest=case["build"] == "embedding")
+        # Keras's reference reads the same batches, their number told (see "file" below)
+        return (given,), (
+            given.apply(tf.data.experimental.assert_cardinality(-(-case["rows"] // global_batch))),
+        )
     tensors = (tf.data.Dataset.from_tensor_slices((x, y)).batch(global_batch),)
     if case["input"] == "file":
         # Keras's reference reads the same batches from tensors: its own fit on a Dataset of
@@ -307,6 +378,15 @@ def run(case, path):
     tracker_of_batches = case["build"] == "two-optimizers" and case["replicas"] > 1
     if not tracker_of_batches:
         assert ours == pytest.approx(keras_eval, rel=1e-5), case
+    if case["build"] != "no-call":  # no call(): Keras's predict cannot run it either
+        x = features(case["build"], case["rows"])[0]
+        np.testing.assert_allclose(
+            tfgpu.predict(model, x, batch_size=global_batch, verbose=0),
+            reference.predict(x, batch_size=global_batch, verbose=0),
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=str(case),
+        )
 
 
 @pytest.mark.heavy
@@ -397,6 +477,39 @@ def run(case, path):
         "where": "compiled-inside",
         "optimizer": "adam",
         "loss": "per-example",
+    }
+)
+@example(  # issue 68 item 1: no call(), its Input-less sub-models built by its step, 2 replicas
+    case={
+        "replicas": 2,
+        "input": "dataset",
+        "rows": 13,
+        "build": "no-call",
+        "where": "outside",
+        "optimizer": "adam",
+        "loss": "per-example",
+    }
+)
+@example(  # item 3: a padded text file, its batches' shape changing, sparse gradients
+    case={
+        "replicas": 2,
+        "input": "padded-file",
+        "rows": 21,
+        "build": "embedding",
+        "where": "inside",
+        "optimizer": "adam",
+        "loss": "name",
+    }
+)
+@example(  # item 2: the model's own predict, a padded file's short last batch on 3 replicas
+    case={
+        "replicas": 3,
+        "input": "padded-file",
+        "rows": 26,
+        "build": "own-predict",
+        "where": "compiled-inside",
+        "optimizer": "momentum",
+        "loss": "object",
     }
 )
 def test_a_drawn_arrangement_trains_as_keras_on_one_device(case, tmp_path, clean_choices):
