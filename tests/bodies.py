@@ -539,7 +539,7 @@ def predict_and_evaluate_from_no_scope() -> dict[str, Any]:
     import numpy as np
 
     import tfgpu
-    from tfgpu.train.model import owner
+    from tfgpu.train.placement import owner
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(100, 6)).astype("float32"), rng.integers(0, 3, 100)

@@ -261,9 +261,9 @@ def test_a_model_cloning_cannot_recreate_trains_in_place_as_on_one_device(clean_
 def test_keras_variables_still_hold_what_rehoming_replaces(monkeypatch, clean_choices):
     """Fails loudly when a Keras release moves KerasVariable._value / _initialize; and if it has,
     a model cloning can copy is still cloned (the fallback), with a warning."""
-    from tfgpu.train import model as model_setup
+    from tfgpu.train import rehoming
 
-    model_setup.check_keras_variables()
+    rehoming.check_keras_variables()
     variable = keras.Variable(1.0)
     before = variable._value
     with local_strategy(2).scope():
@@ -273,7 +273,7 @@ def test_keras_variables_still_hold_what_rehoming_replaces(monkeypatch, clean_ch
     def moved(*args, **kwargs):
         raise RuntimeError("Keras's variables no longer hold a tf.Variable")
 
-    monkeypatch.setattr(model_setup, "check_keras_variables", moved)
+    monkeypatch.setattr(rehoming, "check_keras_variables", moved)
     x, y = regression()
     plain = small("mse")
     tfgpu.fit(plain, x, y, **FIT, strategy=local_strategy(2))

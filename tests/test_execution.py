@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from fit_models import linear_data
 from test_fit import same_weights
-from tfgpu.train import execution
-from tfgpu.train import model as model_setup
+from tfgpu.train import building, execution
 
 NAMES = [f.name for f in fields(execution.Extras)]
 
@@ -40,7 +39,7 @@ def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_o
     model = compiled()
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     strategy = tf.distribute.get_strategy()
-    model_setup.build(model, strategy, dataset.element_spec)
+    building.build(model, strategy, dataset.element_spec)
     extras = replace(execution.ALL, **dict.fromkeys(off, False))
     execute = execution.train_execution(strategy, model, jit_compile=False, extras=extras)
     iterator = iter(dataset)
@@ -85,7 +84,7 @@ def test_a_known_length_execution_is_the_bare_loop_and_trains_as_keras(measure, 
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     strategy = tf.distribute.get_strategy()
     model = compiled()
-    model_setup.build(model, strategy, dataset.element_spec)
+    building.build(model, strategy, dataset.element_spec)
     extras = replace(execution.ALL, wait=measure)
     execute = execution.train_execution(strategy, model, jit_compile=False, known=True, extras=extras)
     ops = graph_ops(execute, iter(dataset), execution.limit(per_call))
@@ -110,7 +109,7 @@ def test_the_unknown_length_execution_keeps_its_end_of_data_path():
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     strategy = tf.distribute.get_strategy()
     model = compiled()
-    model_setup.build(model, strategy, dataset.element_spec)
+    building.build(model, strategy, dataset.element_spec)
     execute = execution.train_execution(strategy, model, jit_compile=False)
     ops = graph_ops(execute, iter(dataset), execution.limit(2))
     assert "IteratorGetNextAsOptional" in ops and "OptionalHasValue" in ops
@@ -175,7 +174,7 @@ def test_the_loop_s_condition_is_one_int32_comparison():
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     strategy = tf.distribute.get_strategy()
     model = compiled()
-    model_setup.build(model, strategy, dataset.element_spec)
+    building.build(model, strategy, dataset.element_spec)
     limit = execution.limit(2)
     functions = [
         execution.train_execution(strategy, model, jit_compile=False, extras=execution.ALL),

@@ -93,10 +93,10 @@ class KerasUnder:
         self.strategy = strategy
 
     def _placed(self, model):
-        from tfgpu.train import model as model_setup
+        from tfgpu.train import placement, rehoming
 
-        if model_setup.owner(model) is not self.strategy:
-            model_setup.rehome(model, self.strategy)
+        if placement.owner(model) is not self.strategy:
+            rehoming.rehome(model, self.strategy)
         return model
 
     def fit(self, model, *args, **kwargs):

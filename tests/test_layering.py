@@ -284,7 +284,21 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # the user's model made ready, its inputs, its compiled step, its split and its proof
     (
         "model",
-        frozenset({"evaluation", "execution", "footprint", "inputs", "model", "proof", "result", "split"}),
+        frozenset(
+            {
+                "building",
+                "evaluation",
+                "execution",
+                "footprint",
+                "inputs",
+                "model",
+                "placement",  # where a model runs; rehoming: how it moves there
+                "proof",
+                "rehoming",
+                "result",
+                "split",
+            }
+        ),
     ),
     ("setup", frozenset({"setup"})),
     ("loop", frozenset({"loop", "ps_loop", "windows"})),  # windows: the loops' record of a run

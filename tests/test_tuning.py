@@ -558,7 +558,8 @@ def test_a_mixed_precision_copy_keeps_its_outputs_and_lookups_and_the_optimizer_
     and an integer lookup as built (Keras's mixed precision guide); a mixed_float16 copy's
     LossScaleOptimizer takes the float32 optimizer's state under its loss scale, and gives it
     back, its loss scale starting as a new one's."""
-    from tfgpu.train.model import copy_in, copy_optimizer_state
+    from tfgpu.train.placement import copy_in
+    from tfgpu.train.rehoming import copy_optimizer_state
 
     keras.utils.set_random_seed(0)
     ids = keras.Input((2,), dtype="int64")
@@ -602,7 +603,7 @@ class Opaque(keras.Model):
 def test_a_subclassed_model_is_not_copied_said():
     """Keras re-creates a subclassed model only from its config, which may leave out its state:
     tuning's copies (one device, mixed precision) refuse it with one message."""
-    from tfgpu.train.model import copy_in
+    from tfgpu.train.placement import copy_in
 
     opaque = Opaque(scale=types.SimpleNamespace(value=2.0))
     opaque(np.zeros((1, 3), "float32"))

@@ -155,7 +155,7 @@ class ModelDevice:
     def __init__(self, model: Any) -> None:
         import tensorflow as tf
 
-        from tfgpu.train.model import owner
+        from tfgpu.train.placement import owner
 
         self.model = model
         self.strategy = owner(model) or tf.distribute.get_strategy()
@@ -195,8 +195,8 @@ class ModelDevice:
         freely: the weights, optimizer state and metrics are put back on leaving."""
         import tensorflow as tf
 
+        from tfgpu.train.building import build
         from tfgpu.train.execution import restored
-        from tfgpu.train.model import build
 
         spec = self._as_steps_take_them(tf.data.Dataset.from_tensors(synthetic(element_spec, 1))).element_spec
         build(self.model, self.strategy, spec if isinstance(spec, tuple) else (spec,))

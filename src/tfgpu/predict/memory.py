@@ -151,10 +151,12 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     (``train.evaluation.evaluation_strategy``).
     """
     from tfgpu.train import model as model_setup
+    from tfgpu.train import placement
     from tfgpu.train.evaluation import evaluation_strategy
 
     model_setup.ready_remat(model)  # a RematScope model fails in a compiled call without it
-    chosen, model = model_setup.placed(model, strategy, choose=distribute.strategy)  # as fit and evaluate
+    placed = placement.place(model, strategy, choose=distribute.strategy)  # as fit and evaluate
+    chosen, model = placed.strategy, placed.model
     return evaluation_strategy(chosen), model
 
 

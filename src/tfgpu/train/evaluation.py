@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from tfgpu.train import building, execution, model_cache
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, model_cache
-from tfgpu.train import model as model_setup
 from tfgpu.train.callbacks import pythonify
 
 ALL = 2**31 - 1
@@ -56,7 +55,7 @@ class Evaluator:
         then one batch a call, each with its ``on_test_batch_begin`` / ``end`` and the running
         logs, as Keras's ``evaluate`` calls them at its default of one step per call (said once).
         """
-        model_setup.build(self.model, self.owner, source.spec())
+        building.build(self.model, self.owner, source.spec())
         if callbacks is not None:
             callbacks.on_test_begin()
         self.model.reset_metrics()

@@ -20,7 +20,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs, overrides, split
+from tfgpu.train import inputs, overrides, placement, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
@@ -73,7 +73,7 @@ def fit(
 
     - ``strategy``: default the strategy the model was created under, else ``tfgpu.strategy()``
       (a model created outside a multi-replica strategy's scope is moved into it in place,
-      ``train.model.rehome``, and trains itself);
+      ``train.rehoming.rehome``, and trains itself);
     - ``steps_per_execution``: steps per compiled call (default: the model's own when it was
       compiled with more than 1, else one call per ``log_every`` steps); batch callbacks are
       called once per call, as Keras's ``fit`` calls them;
@@ -129,7 +129,7 @@ def fit(
         devices_per_replica=devices_per_replica,
         micro_batches=micro_batches,
     )
-    model_setup.build_for_data(model, x)  # as Keras's fit builds it at its first batch
+    placement.build_for_data(model, x)  # as Keras's fit builds it at its first batch
     strategy, trained, replicas = _placed(model, strategy, options)
     train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else _validation(validation_data, model=trained)
@@ -161,10 +161,11 @@ def fit(
 
 def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any, int]:
     """(strategy or None, the model that trains, replicas): a split is placed by the Trainer's
-    setup, which chooses its strategy; otherwise the model is placed here (``model.placed``)."""
+    setup, which chooses its strategy; otherwise the model is placed here (``placement.place``)."""
     if options.placement.splits:
         return strategy, model, split.replicas(options.placement, strategy=strategy)
-    strategy, trained = model_setup.placed(model, strategy, choose=distribute.strategy)
+    placed = placement.place(model, strategy, choose=distribute.strategy)
+    strategy, trained = placed.strategy, placed.model
     return strategy, trained, int(strategy.num_replicas_in_sync)
 
 
@@ -202,7 +203,7 @@ def _history(model: Any, trained: Any, result: Any) -> Any:
     history = trained.history
     history.train_result = result
     if trained is not model:
-        model_setup.give_back(model, trained)
+        placement.give_back(model, trained)
         model.history = history
     return history
 
@@ -243,7 +244,8 @@ def evaluate(
             return_dict=return_dict,
         )
     model_setup.check_compiled(model, call="tfgpu.evaluate")
-    strategy, placed = model_setup.placed(model, strategy, choose=distribute.strategy)
+    where = placement.place(model, strategy, choose=distribute.strategy)
+    strategy, placed = where.strategy, where.model
     data = _data(x, y, sample_weight, role="x", model=placed)
     per_replica = _per_replica(batch_size, int(strategy.num_replicas_in_sync), data)
     task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)

@@ -10,7 +10,7 @@ How, without a copy of the model (cloning cannot re-create custom layers, Lambda
 models): every variable the step touches is read; the step runs once on the run's replicas on a
 slice of the first global batch; the variables are put back; then the model's variables are lent
 to a one-device strategy (each Keras variable given a one-device ``tf.Variable`` holding the same
-value, as ``model.rehome`` does), the same step runs once on the same rows, and the original
+value, as ``rehoming.rehome`` does), the same step runs once on the same rows, and the original
 variables are given back untouched. The updates (after - before) and the logged figures are
 compared. What cannot agree exactly is said and not checked: random numbers drawn in training
 (Dropout's masks), BatchNormalization's per-replica statistics, several workers.
@@ -18,15 +18,14 @@ compared. What cannot agree exactly is said and not checked: random numbers draw
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from tfgpu.train import model_cache
+from tfgpu.train import model_cache, placement
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,7 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
         after_n = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
         _assign(variables, before)
         one = tf.distribute.OneDeviceStrategy(_first_device(strategy))
-        with _lent_to(model, variables, one, values=before):
+        with placement.lent(model, variables, one, values=before):
             logged_1 = _step(one, model, whole)
             after_1 = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
     except tf.errors.ResourceExhaustedError:
@@ -158,7 +157,7 @@ def _variables(model: Any) -> list[Any]:
     """Every Keras variable the step reads or writes: weights, statistics, every optimizer's the
     model holds (a GAN's two), the metrics'. One left out was stepped by the comparison and never
     put back: the run trained on from an advanced state (4e-3 from one device's weights)."""
-    from tfgpu.train.model import metric_state, optimizers
+    from tfgpu.train.rehoming import metric_state, optimizers
 
     found: dict[int, Any] = {}
     held = [v for optimizer in optimizers(model) for v in optimizer.variables]
@@ -225,39 +224,6 @@ def _step(strategy: Any, model: Any, batch: Any) -> dict[str, float]:
 def _assign(variables: list[Any], values: list[np.ndarray]) -> None:
     for variable, value in zip(variables, values, strict=True):
         variable._value.assign(value)
-
-
-@contextlib.contextmanager
-def _lent_to(model: Any, variables: list[Any], strategy: Any, *, values: list[np.ndarray]) -> Iterator[None]:
-    """The model's variables on ``strategy`` for a while, holding ``values``; the originals
-    back after, untouched."""
-    import tensorflow as tf
-
-    from tfgpu.train.model import back, optimizer_keys, optimizers, optimizers_of, rekey_optimizer
-
-    held = optimizers(model)
-    inners = optimizers_of(held)
-    kept_strategies = [o._distribution_strategy for o in inners]
-    model_strategy = getattr(model, "_distribute_strategy", None)
-    originals = [v._value for v in variables]
-    keyed = optimizer_keys(held, variables)
-    with strategy.scope():
-        for variable, value in zip(variables, values, strict=True):
-            back(variable, tf.constant(value))
-    rekey_optimizer(keyed)
-    model._distribute_strategy = strategy
-    for inner in inners:
-        inner._distribution_strategy = strategy
-    try:
-        yield
-    finally:
-        keyed = optimizer_keys(held, variables)
-        for variable, value in zip(variables, originals, strict=True):
-            variable._value = value
-        rekey_optimizer(keyed)
-        model._distribute_strategy = model_strategy
-        for inner, kept in zip(inners, kept_strategies, strict=True):
-            inner._distribution_strategy = kept
 
 
 def _compare(

@@ -16,7 +16,7 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
-from tfgpu.train import inputs, split
+from tfgpu.train import building, inputs, placement, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.evaluation import evaluation_strategy
 from tfgpu.train.options import Placement
@@ -74,7 +74,7 @@ class Setup:
             global_batch=global_batch,
             cluster=spec,
         )
-        model_setup.build(model, strategy, train.spec())
+        building.build(model, strategy, train.spec())
         return setup
 
     # -- what it is ----------------------------------------------------------------------------
@@ -180,7 +180,7 @@ class Setup:
 
             strategy = tf.distribute.OneDeviceStrategy(distribute.replica_devices(self.strategy)[0][0])
         with choices.unchanged():
-            return model_setup.copy_in(self.model, strategy, policy=policy), strategy
+            return placement.copy_in(self.model, strategy, policy=policy), strategy
 
     def variant(self, *, model: Any, strategy: Any, batch: int, record: bool = False) -> Setup:
         """This run's setup over ``model`` (this one's, or a ``copy_for``) under ``strategy`` in the
@@ -244,11 +244,11 @@ def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None
 def _check_owner(model: Any, strategy: Any) -> None:
     import tensorflow as tf
 
-    if not model_setup.fits_strategy(model, strategy):
+    if not placement.fits_strategy(model, strategy):
         raise ConfigError(
             f"The model was created under another strategy than the {type(strategy).__name__} "
             "it is to train under",
-            value=type(model_setup.owner(model) or tf.distribute.get_strategy()).__name__,
+            value=type(placement.owner(model) or tf.distribute.get_strategy()).__name__,
             fix="create and compile the model inside `with strategy.scope():` of the strategy you train with",
         )
 
@@ -258,9 +258,9 @@ def _split_model(task: Task, *, strategy: Any, placement: Placement) -> tuple[An
     any scope, built for the data when it is not, then placed (``train.split``)."""
     model = model_setup.from_task(task)
     if not model.built and inputs.is_arrays(task.train_data):
-        model_setup.build_for_data(model, task.train_data[0])
+        placement.build_for_data(model, task.train_data[0])
     elif not model.built and _is_dataset(task.train_data):
-        model_setup.build_for_data(model, task.train_data)
+        placement.build_for_data(model, task.train_data)
     if not model.built:
         raise ConfigError(
             "devices_per_replica splits a built model, and this one is not built",

@@ -272,7 +272,7 @@ def build(model: Any, split: Split, *, batch: int) -> tuple[Any, Any]:
     import keras
     import tensorflow as tf
 
-    from tfgpu.train import model as model_setup
+    from tfgpu.train import rehoming
 
     parts = stages(model, split.per_replica, batch=batch)
     stage_of = {id(layer): s for s, part in enumerate(parts) for layer in part}
@@ -283,7 +283,7 @@ def build(model: Any, split: Split, *, batch: int) -> tuple[Any, Any]:
         choices.record("micro_batches", 1, "a BatchNormalization needs the whole batch's statistics")
 
     def clone_layer(layer: Any) -> Any:
-        copy = model_setup.clone_layer(layer)
+        copy = rehoming.clone_layer(layer)
         if id(layer) in stage_of:
             _place(copy, stage_of[id(layer)], split)
         return copy
@@ -314,10 +314,9 @@ def placed(
 ) -> tuple[Any, Any]:
     """(strategy, ``model``'s copy split over ``devices_per_replica`` devices per replica) holding
     ``model``'s weights and optimizer state now; made once per model and split, re-made when the
-    model is re-compiled (as ``train.model.recreate`` keeps its copies). ``batch``: the examples
+    model is re-compiled (as ``train.rehoming.recreate`` keeps its copies). ``batch``: the examples
     per replica (the stages are weighed at it)."""
-    from tfgpu.train import model as model_setup
-    from tfgpu.train import model_cache
+    from tfgpu.train import model_cache, placement
 
     split = plan(devices_per_replica, micro_batches=micro_batches, strategy=strategy)
     if strategy is not None:  # plan() refused one over several workers
@@ -331,8 +330,7 @@ def placed(
         model, ("split", split), lambda: build(model, split, batch=batch)
     )
     if not made:
-        clone.set_weights(model.get_weights())
-        model_setup.copy_optimizer_state(model, clone, strategy=placed_strategy)
+        placement.transfer(model, clone, strategy=placed_strategy)
     return placed_strategy, clone
 
 

@@ -2,7 +2,7 @@
 
 Loss, metrics and optimizer are Keras's own: a Task compiles the model it builds with whatever
 ``Model.compile`` takes, or takes a model its builder already compiled. tfgpu has no loss or
-metric of its own (``tfgpu.train.model``).
+metric of its own (``tfgpu.train.model``, ``building``).
 """
 
 from __future__ import annotations

@@ -19,8 +19,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import model as model_setup
-from tfgpu.train import proof, remat
+from tfgpu.train import placement, proof, remat
 from tfgpu.train.loop import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
 from tfgpu.train.options import Config, TrainOptions
 from tfgpu.train.ps_loop import ParameterServerLoop
@@ -200,8 +199,7 @@ class Trainer:
         rate stays as given)."""
         model = trial.model
         if model is not self.model:
-            model.set_weights(self.model.get_weights())
-            model_setup.copy_optimizer_state(self.model, model, strategy=trial.strategy)
+            placement.transfer(self.model, model, strategy=trial.strategy)
             model.reset_metrics()  # its trials' figures (a resumed run restores its own below)
         before = (self.global_batch, self.replicas, self.model.dtype_policy.name)
         self.setup = self.setup.variant(

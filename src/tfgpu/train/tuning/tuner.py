@@ -412,8 +412,7 @@ class Tuner:
 
     def _agrees(self, base: Config, candidate: Config, *, rtol: float, what: str) -> tuple[bool, str]:
         """The loss after the same steps from the same state, with ``base`` and ``candidate``."""
-        from tfgpu.train import execution
-        from tfgpu.train import model as model_setup
+        from tfgpu.train import execution, placement
 
         steps = 4 * base.steps_per_execution
         start = None if self.model is None else self.model.get_weights()
@@ -425,8 +424,7 @@ class Tuner:
                 continue
             with execution.restored(model):
                 if model is not self.model and start is not None:  # the copy from this model's state
-                    model.set_weights(start)
-                    model_setup.copy_optimizer_state(self.model, model)
+                    placement.transfer(self.model, model)  # the run's state now: the start
                 model.reset_metrics()
                 losses.append(self.bench.rate(config, steps)[1])
         a, b = losses

@@ -1,0 +1,200 @@
+"""Where a user's model runs: one rule for ``tfgpu.fit``, ``evaluate``, ``predict``, the
+Trainer, tuning's copies and the replica proof, and how its state comes back.
+
+``place`` decides (the model's own strategy; tfgpu's choice for a model from no scope; a model
+from no scope moved into the strategy passed, in place where it can be); ``copy_in`` makes a copy
+in a strategy and a dtype policy (tuning's trials, a run switched to one device or to mixed
+precision), ``transfer`` and ``give_back`` carry a copy's weights and optimizer state back,
+``lent`` lends a model's variables to another strategy for a while (the proof's one device). The
+mechanics live in ``rehoming``; nothing else moves a model, assigns Keras's private strategy
+attributes or copies optimizer state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tfgpu import distribute
+from tfgpu.errors import ConfigError
+from tfgpu.text import error_line
+from tfgpu.train.rehoming import (
+    back,
+    copy,
+    copy_optimizer_state,
+    graph_of_layers,
+    input_shape,
+    optimizer_keys,
+    optimizers,
+    optimizers_of,
+    recreate,
+    rehome,
+    rehomed,
+    rekey_optimizer,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where a model runs: ``strategy``, and ``model``, the object that runs under it (the
+    user's own, or its copy when it could not be moved in place: ``give_back`` then carries the
+    copy's state to the user's model)."""
+
+    strategy: Any
+    model: Any
+
+    def is_copy_of(self, model: Any) -> bool:
+        return self.model is not model
+
+
+def owner(model: Any) -> Any | None:
+    """The strategy whose scope the model was created in; None: no strategy's."""
+    return getattr(model, "_distribute_strategy", None)
+
+
+def fits_strategy(model: Any, strategy: Any) -> bool:
+    """True when ``model`` can run under ``strategy`` as it is."""
+    import tensorflow as tf
+
+    made_in = owner(model)
+    if made_in is not None:
+        return made_in is strategy
+    # a model made outside any scope has plain variables: the default strategy runs it
+    return strategy is tf.distribute.get_strategy()
+
+
+def place(model: Any, strategy: Any = None, *, choose: Callable[[], Any] | None = None) -> Placement:
+    """Where ``model`` runs (a ``Placement``): the one rule ``tfgpu.fit``, ``evaluate`` and
+    ``predict`` place a user's model by (the Trainer's ``Task.model`` is made in the scope). It
+    may move ``model``: in place, into the strategy's scope.
+
+    Unasked, the model's own strategy; for a model from no scope, ``choose()`` (tfgpu's choice)
+    when it gives several replicas or workers, else TensorFlow's default strategy, which runs the
+    model as it is. A model made outside ``strategy``'s scope is moved into it in place
+    (``recreate``: ``rehome``, or a copy where it cannot); one made in another strategy's scope
+    is refused, with the fix. A model tfgpu moved before moves again what was made since (a
+    re-compile's metrics). Before this, ``keras_fit`` and ``predict.memory`` each had a copy."""
+    import tensorflow as tf
+
+    made_in = owner(model)
+    if strategy is None:
+        if made_in is not None:
+            return Placement(made_in, model)
+        chosen = choose() if choose is not None else None
+        if chosen is None or (int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen)):
+            return Placement(tf.distribute.get_strategy(), model)
+        strategy = chosen
+    if fits_strategy(model, strategy):
+        if rehomed(model):
+            rehome(model, strategy)
+        return Placement(strategy, model)
+    if made_in is not None and not rehomed(model):
+        raise ConfigError(
+            f"The model was created in the scope of a {type(made_in).__name__}, not of the "
+            f"{type(strategy).__name__} passed",
+            value=type(strategy).__name__,
+            fix="pass the strategy the model was created under, or leave strategy unset",
+        )
+    return Placement(strategy, recreate(model, strategy))
+
+
+def copy_in(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
+    """A new copy of ``model`` (compiled as it is, holding its weights now) in ``strategy``'s
+    scope, its layers in the dtype ``policy`` (a Keras policy name; None: as built): what tuning
+    times on one device or in mixed precision, and trains with when that is chosen. Keras's
+    ``compile`` wraps the optimizer for loss scaling itself when the policy is mixed_float16.
+    A subclassed model, or one Keras cannot re-create: ``ConfigError`` (Keras re-creates a
+    subclassed model only from its config, which may leave out its state: not risked)."""
+    if not graph_of_layers(model):
+        raise ConfigError(
+            "The model cannot be copied: it is a subclassed model, which Keras re-creates only "
+            "from its config (its state may be left out)",
+            value=type(model).__name__,
+            fix="build it with Sequential or the functional API for tfgpu to copy it (tuning's one "
+            "device and mixed precision train a copy)",
+        )
+    try:
+        return copy(model, strategy, policy=policy)
+    except Exception as exc:  # Keras raises several types for models it cannot clone
+        raise ConfigError(
+            f"The model cannot be copied ({type(exc).__name__}: {error_line(exc)})",
+            value=model.name,
+            fix="build the model from Keras's own layers, or give its custom layers a get_config() "
+            "that returns their __init__ arguments (Keras's serialization guide)",
+        ) from None
+
+
+def give_back(model: Any, trained: Any) -> None:
+    """``trained``'s weights and optimizer state into ``model``, the user's model it is a copy
+    of. A model that never saw data (a Sequential without ``Input``, as Keras's "writing your own
+    callbacks" guide builds it) is built first for the copy's input: it had no weights to take,
+    and the trained result was lost with ``set_weights ... expecting 0 weights``."""
+    if not model.built and input_shape(trained) is not None:
+        model.build(input_shape(trained))
+    transfer(trained, model)
+
+
+def transfer(source: Any, target: Any, *, strategy: Any = None) -> None:
+    """``source``'s weights and optimizer state into ``target``, a copy of the same model (the
+    target's optimizer built under ``strategy`` first when it is not): a trial's copy from the
+    run's model, a split or tuned copy, a copy given back."""
+    target.set_weights(source.get_weights())
+    copy_optimizer_state(source, target, strategy=strategy)
+
+
+@contextlib.contextmanager
+def lent(model: Any, variables: list[Any], strategy: Any, *, values: list[Any]) -> Iterator[None]:
+    """The model's variables on ``strategy`` for a while, holding ``values``; the originals
+    back after, untouched (the replica proof's step on one device)."""
+    import tensorflow as tf
+
+    held = optimizers(model)
+    inners = optimizers_of(held)
+    kept_strategies = [o._distribution_strategy for o in inners]
+    model_strategy = getattr(model, "_distribute_strategy", None)
+    originals = [v._value for v in variables]
+    keyed = optimizer_keys(held, variables)
+    with strategy.scope():
+        for variable, value in zip(variables, values, strict=True):
+            back(variable, tf.constant(value))
+    rekey_optimizer(keyed)
+    model._distribute_strategy = strategy
+    for inner in inners:
+        inner._distribution_strategy = strategy
+    try:
+        yield
+    finally:
+        keyed = optimizer_keys(held, variables)
+        for variable, value in zip(variables, originals, strict=True):
+            variable._value = value
+        rekey_optimizer(keyed)
+        model._distribute_strategy = model_strategy
+        for inner, kept in zip(inners, kept_strategies, strict=True):
+            inner._distribution_strategy = kept
+
+
+def build_for_data(model: Any, x: Any) -> None:
+    """Build a Sequential without ``Input`` for ``x`` (one array, or a ``tf.data.Dataset`` whose
+    elements are x or (x, ...)) as Keras's ``fit`` builds it at its first batch: before any copy
+    is made, so the copy trains from the weights Keras would draw (the copy of an unbuilt model
+    drew its own, and trained to other numbers than one device). A model created in a strategy's
+    scope is built in it: its weights built outside were plain variables, and the optimizer's
+    slots then failed ("colocate_vars_with must only be passed a variable created in this
+    tf.distribute.Strategy.scope()")."""
+    import keras
+    import tensorflow as tf
+
+    if model.built or not isinstance(model, keras.Sequential) or not model.layers:
+        return
+    if isinstance(x, tf.data.Dataset):
+        spec = x.element_spec
+        spec = spec[0] if isinstance(spec, tuple) else spec
+        shape = tuple(spec.shape) if isinstance(spec, tf.TensorSpec) else None
+    else:
+        shape = (None, *x.shape[1:]) if hasattr(x, "shape") and len(getattr(x, "shape", ())) else None
+    if shape is not None:
+        made_in = owner(model)
+        with made_in.scope() if made_in is not None else contextlib.nullcontext():
+            model.build(shape)
