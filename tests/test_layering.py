@@ -276,6 +276,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "options",
                 "overrides",  # a model's own fit / evaluate / predict
                 "remat",
+                "sources",  # what the data is, looked at once
                 "task",
                 "tuning.result",  # what a tuning found, and its kept file (read by the Trainer before it builds)
             }

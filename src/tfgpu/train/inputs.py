@@ -35,7 +35,6 @@ import dataclasses
 import inspect
 import itertools
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,42 +43,11 @@ from tfgpu import distribute, host
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.graphs import as_written
 from tfgpu.text import counted
+from tfgpu.train import sources
 from tfgpu.train.execution import bounded
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
-
-
-def is_arrays(source: Any) -> bool:
-    """True for ``(x,)`` / ``(x, y)`` / ``(x, y, w)`` given as arrays (not a path, not a function)."""
-    return isinstance(source, tuple | list) and len(source) in (1, 2, 3) and all(_has_rows(s) for s in source)
-
-
-def _has_rows(value: Any) -> bool:
-    if isinstance(value, dict):
-        return bool(value) and all(_has_rows(v) for v in value.values())
-    if isinstance(value, tuple):  # several outputs' labels
-        return bool(value) and all(_has_rows(v) for v in value)
-    shape = getattr(value, "shape", None)
-    return shape is not None and len(shape) >= 1
-
-
-def array_rows(source: Any) -> int:
-    """The rows of an array source; ConfigError naming each part's rows when they differ."""
-    import tensorflow as tf
-
-    names = ("x", "y", "sample_weight")
-    counts = {}
-    for name, part in zip(names, source, strict=False):
-        for i, leaf in enumerate(tf.nest.flatten(part)):
-            counts[f"{name}[{i}]" if isinstance(part, dict | tuple) else name] = int(leaf.shape[0])
-    if len(set(counts.values())) != 1:
-        raise ConfigError(
-            "The arrays of train_data / eval_data have different numbers of rows",
-            value=counts,
-            fix="pass x, y (and sample weights) with one row per example each",
-        )
-    return next(iter(counts.values()))
 
 
 def trains_short_batch(rows: int, global_batch: int, replicas: int) -> bool:
@@ -165,8 +133,9 @@ class Input:
 
         self.source, self.task, self.training = source, task, training
         self.global_batch, self.strategy, self.direct = global_batch, strategy, direct
-        self.is_dataset = isinstance(source, tf.data.Dataset)
-        self.per_epoch = callable(source) and not self.is_dataset and takes_epoch(source)
+        self.kind = kind = sources.kind_of(source)  # what the data is, asked once
+        self.is_dataset = kind == sources.DATASET
+        self.per_epoch = kind == sources.FUNCTION and takes_epoch(source)
         self.steps_per_epoch: int | None = task.steps_per_epoch if training else None
         self.element_spec: Any = None  # one worker's dataset's, set when it is built
         # a map of tfgpu's own, traced as written (``tfgpu.graphs``)
@@ -178,15 +147,15 @@ class Input:
         self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
-        self._arrays_given = is_arrays(source)
+        self._arrays_given = kind == sources.ARRAYS
         self._drop_remainder: bool | None = None  # a directory's: None is the pipeline's default
         self._by_steps = False  # arrays with a steps_per_epoch of their own (``pass_at``)
-        if training and isinstance(source, (str, os.PathLike)):
+        if training and kind == sources.DIRECTORY:
             self._check_directory_rows(source)
         if self._arrays_given:
             if self._weigh is not None:
                 source = self._weigh(*source)
-            rows = array_rows(source)
+            rows = sources.array_rows(source)
             with tf.device("/cpu:0"):
                 self._tensors = tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source)))
             self._rows = rows
@@ -215,7 +184,7 @@ class Input:
         """A training directory read on one worker as one pipeline of global batches."""
         return (
             self.training
-            and isinstance(self.source, (str, os.PathLike))
+            and self.kind == sources.DIRECTORY
             and (self.strategy is None or not distribute.spans_workers(self.strategy))
         )
 
@@ -368,7 +337,7 @@ class Input:
             per_replica = ctx.get_per_replica_batch_size(self.global_batch)
             if self._arrays_given:
                 return self._arrays(ctx, per_replica)
-            if callable(source):
+            if self.kind == sources.FUNCTION:
                 args = (ctx, per_replica) if takes_batch(source) else (ctx,)
                 dataset = source(*args, epoch=epoch) if self.per_epoch else source(*args)
                 _check_dataset(dataset, source, training=training)
@@ -589,9 +558,8 @@ def has_cache(dataset: Any) -> bool:
 
 
 def _check_dataset(dataset: Any, fn: Any, *, training: bool) -> None:
-    import tensorflow as tf
 
-    if not isinstance(dataset, tf.data.Dataset):
+    if sources.kind_of(dataset) != sources.DATASET:
         name = getattr(fn, "__qualname__", repr(fn))
         raise ConfigError(
             f"The {'train' if training else 'eval'}_data function {name} returned "
@@ -670,9 +638,10 @@ def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: b
 
 def steps_per_epoch(source: Any, global_batch: int, replicas: int) -> int | None:
     """Training steps in one epoch when the source says (arrays, a dataset directory), else None."""
-    if is_arrays(source):
-        return training_steps(array_rows(source), global_batch, replicas)
-    if not isinstance(source, str | os.PathLike):
+    kind = sources.kind_of(source)
+    if kind == sources.ARRAYS:
+        return training_steps(sources.array_rows(source), global_batch, replicas)
+    if kind != sources.DIRECTORY:
         return None
     from tfgpu import data
 

@@ -13,21 +13,18 @@ from __future__ import annotations
 
 import logging
 import os
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs, overrides, placement, split
+from tfgpu.train import inputs, overrides, placement, sources, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
 
 log = logging.getLogger(__name__)
-
-DEFAULT_BATCH = 32  # Keras's
 
 
 def fit(
@@ -131,18 +128,18 @@ def fit(
     )
     placement.build_for_data(model, x)  # as Keras's fit builds it at its first batch
     strategy, trained, replicas = _placed(model, strategy, options)
-    train = _data(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
-    validation = None if validation_data is None else _validation(validation_data, model=trained)
+    train = sources.of(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
+    validation = None if validation_data is None else sources.validation(validation_data, model=trained)
     _check_auto_batch(batch_size, train)
     task = Task(
         model=lambda: trained,
-        train_data=train,
-        eval_data=validation,
-        batch_size=_per_replica(None if batch_size == "auto" else batch_size, replicas, train),
+        train_data=train.data,
+        eval_data=None if validation is None else validation.data,
+        batch_size=train.per_replica(None if batch_size == "auto" else batch_size, replicas),
         steps_per_epoch=steps_per_epoch,
         seed=_shuffle_seed(seed),
         shuffle=bool(shuffle),
-        callbacks=(*(callbacks or ()), *_epoch_hooks(train)),
+        callbacks=(*(callbacks or ()), *train.epoch_hooks()),
         class_weight=class_weight,
         validation_split=validation_split,
     )
@@ -169,11 +166,11 @@ def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any,
     return strategy, trained, int(strategy.num_replicas_in_sync)
 
 
-def _check_auto_batch(batch_size: Any, train: Any) -> None:
-    if batch_size == "auto" and _is_dataset(train):
+def _check_auto_batch(batch_size: Any, train: sources.Source) -> None:
+    if batch_size == "auto" and train.batched:
         raise ConfigError(
             "batch_size='auto' cannot batch a tf.data.Dataset: its batches are made already",
-            value=type(train).__name__,
+            value=train.kind,
             fix="pass arrays (or a tfgpu dataset directory) with batch_size='auto', or an unbatched "
             "dataset's batch size yourself",
         )
@@ -246,12 +243,12 @@ def evaluate(
     model_setup.check_compiled(model, call="tfgpu.evaluate")
     where = placement.place(model, strategy, choose=distribute.strategy)
     strategy, placed = where.strategy, where.model
-    data = _data(x, y, sample_weight, role="x", model=placed)
-    per_replica = _per_replica(batch_size, int(strategy.num_replicas_in_sync), data)
-    task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
+    data = sources.of(x, y, sample_weight, role="x", model=placed)
+    per_replica = data.per_replica(batch_size, int(strategy.num_replicas_in_sync))
+    task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
     spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
-    source = _evaluated(data, task, strategy, in_cluster=spec is not None)
+    source = _evaluated(data.data, task, strategy, in_cluster=spec is not None)
     shown = _verbose(verbose) if is_chief else 0
     listed = None
     if callbacks or shown:
@@ -311,185 +308,6 @@ def _verbose(verbose: Any) -> int:
 
 
 # -- arguments -------------------------------------------------------------------------------------
-def _data(x: Any, y: Any, sample_weight: Any, *, role: str, model: Any = None, shuffle: bool = False) -> Any:
-    """Keras's (x, y, sample_weight) as a tfgpu data source: what ``Model.fit`` takes.
-
-    Lists are structures, as Keras reads them (``fit([img, ts], [score, cls])``); a
-    ``keras.utils.PyDataset`` or a Python generator becomes a ``tf.data.Dataset`` through
-    Keras's own adapters (its workers, shuffle and signature; see ``_from_python``); ``x`` alone
-    is taken for a model that needs no labels (an endpoint layer's ``add_loss``, a custom
-    ``train_step``).
-    """
-    import tensorflow as tf
-
-    if x is None:
-        raise ConfigError(f"{role} is missing", fix=f"pass {role}= arrays, a tf.data.Dataset or a directory")
-    python = _python_kind(x)
-    if isinstance(x, tf.data.Dataset | str | os.PathLike) or _is_function(x) or python:
-        if y is not None or sample_weight is not None:
-            raise ConfigError(
-                f"y and sample_weight go inside {role} when it is a {python or _kind(x)}",
-                value=python or _kind(x),
-                fix="make the dataset yield (x, y) or (x, y, sample_weight), and pass y=None",
-            )
-        return _from_python(x, kind=python, shuffle=shuffle) if python else x
-    x, y, sample_weight = _tupled(x), _tupled(y), _tupled(sample_weight)
-    if y is None and not _needs_labels(model):
-        parts: tuple[Any, ...] = (x,)
-    elif y is None:
-        raise ConfigError(
-            f"{role} is given as arrays without y, and the model's compiled loss needs labels",
-            value=type(x).__name__,
-            fix="pass y= (the labels), or a tf.data.Dataset of (x, y) batches",
-        )
-    else:
-        parts = (x, y) if sample_weight is None else (x, y, sample_weight)
-    if not inputs.is_arrays(parts):
-        raise ConfigError(
-            f"{role}, y and sample_weight must be arrays (or dicts, lists or tuples of arrays) with one row per example",
-            value=tuple(type(p).__name__ for p in parts),
-            fix="pass NumPy arrays, a tf.data.Dataset, a keras.utils.PyDataset or a Python generator",
-        )
-    inputs.array_rows(parts)
-    return parts
-
-
-def _tupled(value: Any) -> Any:
-    """Lists as tuples, all the way down: Keras reads a list of arrays as several inputs or
-    outputs, and tf.nest then sees one structure for data and specs alike."""
-    if isinstance(value, list | tuple):
-        return tuple(_tupled(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _tupled(v) for k, v in value.items()}
-    return value
-
-
-def _needs_labels(model: Any) -> bool:
-    """Keras's own ``train_step`` with a compiled loss needs y; a model without a compiled loss
-    (``add_loss`` at an endpoint layer) or with its own ``train_step`` may not."""
-    import keras
-
-    if model is None:
-        return True
-    own_step = type(model).train_step is not keras.Model.train_step
-    return getattr(model, "_compile_loss", None) is not None and not own_step
-
-
-def _python_kind(x: Any) -> str | None:
-    import types
-
-    import keras
-
-    if isinstance(x, keras.utils.PyDataset):
-        return "keras.utils.PyDataset"
-    if isinstance(x, types.GeneratorType):
-        return "Python generator"
-    return None
-
-
-def _from_python(x: Any, *, kind: str, shuffle: bool) -> Any:
-    """A PyDataset or generator as a ``tf.data.Dataset`` of its batches, by Keras's own adapter.
-
-    Its batches are global batches, cut over the replicas as a Dataset's are; the PyDataset's
-    ``on_epoch_begin`` / ``on_epoch_end`` are called per epoch (``PythonSourceEpochs``). Its
-    workers run in this process, one batch at a time, in Python: said once, since a tf.data
-    pipeline (or arrays) feeds a GPU without the interpreter.
-    """
-    from keras.src.trainers.data_adapters.generator_data_adapter import GeneratorDataAdapter
-    from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
-
-    adapter = PyDatasetAdapter(x, shuffle=shuffle) if kind.endswith("PyDataset") else GeneratorDataAdapter(x)
-    dataset = adapter.get_tf_dataset()
-    _ADAPTERS[dataset] = adapter
-    choices.record(
-        "input",
-        f"{kind} read through tf.data.Dataset.from_generator (Keras's adapter)",
-        "its batches are made in Python; a tf.data pipeline or arrays keep a GPU busier",
-    )
-    return dataset
-
-
-_ADAPTERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # dataset -> Keras data adapter
-
-
-def _epoch_hooks(*sources: Any) -> list[Any]:
-    """Callbacks that tell the Keras adapters behind ``sources`` where epochs begin and end."""
-    import keras
-
-    class PythonSourceEpochs(keras.callbacks.Callback):
-        def __init__(self, adapter: Any) -> None:
-            super().__init__()
-            self.adapter = adapter
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self.adapter.on_epoch_begin()
-
-        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self.adapter.on_epoch_end()
-
-    return [PythonSourceEpochs(_ADAPTERS[s]) for s in sources if _is_dataset(s) and s in _ADAPTERS]
-
-
-def _is_dataset(x: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(x, tf.data.Dataset)
-
-
-def _is_function(x: Any) -> bool:
-    return callable(x) and not hasattr(x, "shape")
-
-
-def _kind(x: Any) -> str:
-    if isinstance(x, str | os.PathLike):
-        return "dataset directory"
-    return "data function" if _is_function(x) else "tf.data.Dataset"
-
-
-def _validation(data: Any, *, model: Any) -> Any:
-    """Keras's validation_data: (x, y), (x, y, sample_weight), or a dataset/directory/function."""
-    if isinstance(data, tuple | list):
-        if len(data) not in (2, 3):
-            raise ConfigError(
-                "validation_data must be (x, y) or (x, y, sample_weight)",
-                value=f"{type(data).__name__} of {len(data)}",
-                fix="pass validation_data=(x_val, y_val)",
-            )
-        return _data(
-            data[0], data[1], data[2] if len(data) == 3 else None, role="validation_data", model=model
-        )
-    return _data(data, None, None, role="validation_data", model=model)
-
-
-def _per_replica(batch_size: int | None, replicas: int, data: Any) -> int:
-    """Keras's batch_size is the global batch: split evenly over the replicas."""
-    import tensorflow as tf
-
-    if isinstance(data, tf.data.Dataset):
-        if batch_size is not None:  # Keras ignores it too (the guides pass it with a PyDataset)
-            choices.record(
-                "batch_size", "from the data", f"batch_size={batch_size} ignored: the data is batched already"
-            )
-        return 1
-    if batch_size is None:  # Keras's default, made to split evenly over the replicas
-        batch = -(-DEFAULT_BATCH // replicas) * replicas
-        if batch != DEFAULT_BATCH:
-            choices.record(
-                "batch_size",
-                batch,
-                f"Keras's default of {DEFAULT_BATCH}, rounded up to split over {replicas} replicas",
-            )
-        return batch // replicas
-    batch = batch_size
-    if not isinstance(batch, int) or batch < 1 or batch % replicas:
-        raise ConfigError(
-            f"batch_size is the global batch and must split evenly over the {replicas} replicas",
-            value=batch_size,
-            fix=f"pass a multiple of {replicas}, e.g. batch_size={max(1, batch // replicas + 1) * replicas}",
-        )
-    return batch // replicas
-
-
 def _compiled_steps(model: Any) -> int | None:
     steps = int(getattr(model, "steps_per_execution", 1) or 1)
     return steps if steps > 1 else None

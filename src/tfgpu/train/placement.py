@@ -20,6 +20,7 @@ from typing import Any
 from tfgpu import distribute
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
+from tfgpu.train import sources
 from tfgpu.train.rehoming import (
     back,
     copy,
@@ -188,7 +189,7 @@ def build_for_data(model: Any, x: Any) -> None:
 
     if model.built or not isinstance(model, keras.Sequential) or not model.layers:
         return
-    if isinstance(x, tf.data.Dataset):
+    if sources.kind_of(x) == sources.DATASET:
         spec = x.element_spec
         spec = spec[0] if isinstance(spec, tuple) else spec
         shape = tuple(spec.shape) if isinstance(spec, tf.TensorSpec) else None

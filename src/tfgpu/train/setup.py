@@ -16,10 +16,11 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
-from tfgpu.train import building, inputs, placement, split
+from tfgpu.train import building, inputs, sources, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.evaluation import evaluation_strategy
 from tfgpu.train.options import Placement
+from tfgpu.train.placement import build_for_data, copy_in, fits_strategy, owner
 from tfgpu.train.task import Task
 
 
@@ -139,7 +140,7 @@ class Setup:
         data = self.task.train_data
         if self.batched:
             return "the tf.data.Dataset is batched already"
-        if callable(data) and not inputs.takes_batch(data):
+        if sources.kind_of(data) == sources.FUNCTION and not inputs.takes_batch(data):
             return "the data function batches its data itself (it takes no batch size)"
         return None
 
@@ -180,7 +181,7 @@ class Setup:
 
             strategy = tf.distribute.OneDeviceStrategy(distribute.replica_devices(self.strategy)[0][0])
         with choices.unchanged():
-            return placement.copy_in(self.model, strategy, policy=policy), strategy
+            return copy_in(self.model, strategy, policy=policy), strategy
 
     def variant(self, *, model: Any, strategy: Any, batch: int, record: bool = False) -> Setup:
         """This run's setup over ``model`` (this one's, or a ``copy_for``) under ``strategy`` in the
@@ -229,7 +230,7 @@ class Setup:
 def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None:
     import keras
 
-    batched = _is_dataset(task.train_data)
+    batched = sources.kind_of(task.train_data) == sources.DATASET
     choices.record(
         "global_batch",
         "from the dataset" if batched else f"{global_batch}",
@@ -244,11 +245,11 @@ def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None
 def _check_owner(model: Any, strategy: Any) -> None:
     import tensorflow as tf
 
-    if not placement.fits_strategy(model, strategy):
+    if not fits_strategy(model, strategy):
         raise ConfigError(
             f"The model was created under another strategy than the {type(strategy).__name__} "
             "it is to train under",
-            value=type(placement.owner(model) or tf.distribute.get_strategy()).__name__,
+            value=type(owner(model) or tf.distribute.get_strategy()).__name__,
             fix="create and compile the model inside `with strategy.scope():` of the strategy you train with",
         )
 
@@ -257,10 +258,9 @@ def _split_model(task: Task, *, strategy: Any, placement: Placement) -> tuple[An
     """(the split's strategy, the Task's model split over its devices): the model made outside
     any scope, built for the data when it is not, then placed (``train.split``)."""
     model = model_setup.from_task(task)
-    if not model.built and inputs.is_arrays(task.train_data):
-        placement.build_for_data(model, task.train_data[0])
-    elif not model.built and _is_dataset(task.train_data):
-        placement.build_for_data(model, task.train_data)
+    kind = sources.kind_of(task.train_data)
+    if not model.built and kind in (sources.ARRAYS, sources.DATASET):
+        build_for_data(model, task.train_data[0] if kind == sources.ARRAYS else task.train_data)
     if not model.built:
         raise ConfigError(
             "devices_per_replica splits a built model, and this one is not built",
@@ -276,16 +276,10 @@ def _split_model(task: Task, *, strategy: Any, placement: Placement) -> tuple[An
     )
 
 
-def _is_dataset(x: Any) -> bool:
-    import tensorflow as tf
-
-    return isinstance(x, tf.data.Dataset)
-
-
 def describe(source: Any) -> str:
     """A data source in a few words, for a message."""
-    if inputs.is_arrays(source):
-        return f"arrays of {inputs.array_rows(source)} rows"
+    if sources.kind_of(source) == sources.ARRAYS:
+        return f"arrays of {sources.array_rows(source)} rows"
     return getattr(source, "__qualname__", None) or type(source).__name__
 
 
@@ -293,7 +287,7 @@ def _split(task: Task) -> tuple[Any, Any]:
     """(train, eval) data: the last ``validation_split`` of arrays held out, as Keras's fit does."""
     if not task.validation_split:
         return task.train_data, task.eval_data
-    if not inputs.is_arrays(task.train_data):
+    if sources.kind_of(task.train_data) != sources.ARRAYS:
         raise ConfigError(
             "validation_split needs arrays in memory; the training data is a " + describe(task.train_data),
             value=task.validation_split,
@@ -307,7 +301,7 @@ def _split(task: Task) -> tuple[Any, Any]:
         )
     import tensorflow as tf
 
-    rows = inputs.array_rows(task.train_data)
+    rows = sources.array_rows(task.train_data)
     cut = int(rows * (1.0 - task.validation_split))
     if cut < 1 or cut == rows:
         raise ConfigError(
