@@ -305,7 +305,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("loop", frozenset({"loop", "ps_loop", "windows"})),  # windows: the loops' record of a run
     ("tuning", frozenset({"tuning", "tuning.session", "tuning.tuner"})),
     ("trainer", frozenset({"trainer", "batch_size"})),
-    ("keras", frozenset({"keras_fit", "__init__"})),
+    ("keras", frozenset({"keras_fit", "keras_args", "__init__"})),
 )
 
 

@@ -8,11 +8,15 @@ left without rows by the last batch skips its step.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tfgpu.train import building, execution, model_cache
+from tfgpu import distribute
+from tfgpu.train import building, execution, inputs, model_cache
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train.callbacks import pythonify
+
+if TYPE_CHECKING:
+    from tfgpu.train.task import Task
 
 ALL = 2**31 - 1
 
@@ -102,3 +106,18 @@ class Evaluator:
 def evaluator_for(strategy: Any, model: Any) -> Evaluator:
     """One Evaluator per model and strategy: a new compiled function would trace again."""
     return model_cache.function(model, ("evaluator", strategy), lambda: Evaluator(strategy, model))
+
+
+def input_for(data: Any, task: Task, strategy: Any, *, in_cluster: bool) -> inputs.Input:
+    """``data`` as evaluation reads it under ``strategy`` (under ParameterServerStrategy the
+    coordinator evaluates, reading the data itself: ``evaluation_strategy``)."""
+    local = distribute.is_parameter_server(strategy)
+    feed = None if local else distribute.input_strategy(strategy, in_cluster=in_cluster)
+    return inputs.Input(
+        data,
+        task=task,
+        training=False,
+        global_batch=task.batch_size * int(strategy.num_replicas_in_sync),
+        strategy=feed or evaluation_strategy(strategy),
+        direct=feed is None,
+    )

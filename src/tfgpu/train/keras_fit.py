@@ -16,10 +16,9 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from tfgpu import choices, distribute
-from tfgpu.errors import ConfigError
+from tfgpu import distribute
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import inputs, overrides, placement, sources, split
+from tfgpu.train import keras_args, overrides, placement, sources, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
@@ -108,12 +107,12 @@ def fit(
 
     overrides.refuse_fit(model)
     model_setup.check_compiled(model, call="tfgpu.fit")
-    acting, per_batch = _acting(model, steps_per_execution, callbacks)
+    acting, per_batch = keras_args.acting(model, steps_per_execution, callbacks)
     options = TrainOptions.of(
         tune=tune,
         tune_budget_s=tune_budget_s,
         auto_batch=batch_size == "auto",
-        steps_per_execution=steps_per_execution or _compiled_steps(model) or per_batch,
+        steps_per_execution=steps_per_execution or keras_args.compiled_steps(model) or per_batch,
         log_every=log_every,
         jit_compile=jit_compile,
         checkpoint_dir=checkpoint_dir,
@@ -130,22 +129,22 @@ def fit(
     strategy, trained, replicas = _placed(model, strategy, options)
     train = sources.of(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else sources.validation(validation_data, model=trained)
-    _check_auto_batch(batch_size, train)
+    keras_args.check_auto_batch(batch_size, train)
     task = Task(
         model=lambda: trained,
         train_data=train.data,
         eval_data=None if validation is None else validation.data,
         batch_size=train.per_replica(None if batch_size == "auto" else batch_size, replicas),
         steps_per_epoch=steps_per_epoch,
-        seed=_shuffle_seed(seed),
+        seed=keras_args.shuffle_seed(seed),
         shuffle=bool(shuffle),
         callbacks=(*(callbacks or ()), *train.epoch_hooks()),
         class_weight=class_weight,
         validation_split=validation_split,
     )
-    _check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
+    keras_args.check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
     trainer = Trainer(task, strategy=strategy, options=options)
-    _say_per_batch(acting, per_batch, trained)
+    keras_args.say_per_batch(acting, per_batch, trained)
     result = trainer.fit(
         epochs=epochs,
         initial_epoch=initial_epoch,
@@ -164,34 +163,6 @@ def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any,
     placed = placement.place(model, strategy, choose=distribute.strategy)
     strategy, trained = placed.strategy, placed.model
     return strategy, trained, int(strategy.num_replicas_in_sync)
-
-
-def _check_auto_batch(batch_size: Any, train: sources.Source) -> None:
-    if batch_size == "auto" and train.batched:
-        raise ConfigError(
-            "batch_size='auto' cannot batch a tf.data.Dataset: its batches are made already",
-            value=train.kind,
-            fix="pass arrays (or a tfgpu dataset directory) with batch_size='auto', or an unbatched "
-            "dataset's batch size yourself",
-        )
-
-
-def _acting(model: Any, steps_per_execution: int | None, callbacks: Any) -> tuple[list[str], int | None]:
-    """(the callbacks acting on every batch, the model's own steps a call when some do): with
-    no ``steps_per_execution`` asked, such callbacks get Keras's batches (``_say_per_batch``)."""
-    acting = [] if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
-    return acting, (int(getattr(model, "steps_per_execution", 1) or 1) if acting else None)
-
-
-def _say_per_batch(acting: list[str], per_batch: int | None, trained: Any) -> None:
-    if not acting or _compiled_steps(trained):
-        return
-    choices.record(
-        "steps_per_execution",
-        per_batch,
-        f"{', '.join(sorted(set(acting)))} acts on every batch, as under Keras's fit "
-        "(pass steps_per_execution=K for K steps a call: faster, batch hooks every K steps)",
-    )
 
 
 def _history(model: Any, trained: Any, result: Any) -> Any:
@@ -226,7 +197,7 @@ def evaluate(
     Exact for any dataset size on every replica and worker; ``x`` takes what ``tfgpu.fit``
     takes. ``verbose`` shows Keras's progress bar (on the chief only).
     """
-    from tfgpu.train.evaluation import evaluator_for
+    from tfgpu.train import evaluation
 
     if overrides.override(model, "evaluate"):  # the user's own evaluate: its result, as theirs
         return overrides.called(
@@ -248,8 +219,8 @@ def evaluate(
     task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
     spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
-    source = _evaluated(data.data, task, strategy, in_cluster=spec is not None)
-    shown = _verbose(verbose) if is_chief else 0
+    source = evaluation.input_for(data.data, task, strategy, in_cluster=spec is not None)
+    shown = keras_args.verbose_of(verbose) if is_chief else 0
     listed = None
     if callbacks or shown:
         listed = callback_setup.callback_list(
@@ -261,80 +232,10 @@ def evaluate(
             steps=steps or source.known_length(),  # arrays: Keras's bar shows "3/8", not "3/Unknown"
             history=False,
         )
-    logs = evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
+    logs = evaluation.evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
     if return_dict:
         return logs
     return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure
 
 
-def _evaluated(data: Any, task: Task, strategy: Any, *, in_cluster: bool) -> inputs.Input:
-    """``data`` as evaluation reads it under ``strategy`` (under ParameterServerStrategy the
-    coordinator evaluates, reading the data itself: ``evaluation_strategy``)."""
-    from tfgpu.train.evaluation import evaluation_strategy
-
-    local = distribute.is_parameter_server(strategy)
-    feed = None if local else distribute.input_strategy(strategy, in_cluster=in_cluster)
-    return inputs.Input(
-        data,
-        task=task,
-        training=False,
-        global_batch=task.batch_size * int(strategy.num_replicas_in_sync),
-        strategy=feed or evaluation_strategy(strategy),
-        direct=feed is None,
-    )
-
-
-def _shuffle_seed(seed: int | None) -> int:
-    """The seed arrays are shuffled with: the one given, else Keras's global seed when the user
-    set one (``keras.utils.set_random_seed``: Keras's ``fit`` shuffles by it, so runs meant to
-    differ, an ensemble's members, differ), else 0. A resumed run of the same script reads the
-    same batches: it sets the same seed."""
-    if seed is not None:
-        return seed
-    from keras.src.backend.common import global_state
-    from keras.src.utils.rng_utils import GLOBAL_RANDOM_SEED
-
-    found = global_state.get_global_attribute(GLOBAL_RANDOM_SEED)
-    return int(found) if found is not None else 0
-
-
-def _verbose(verbose: Any) -> int:
-    """Keras's ``verbose``: "auto" is 1 (a progress bar), 0 silent, 1 or 2 shown."""
-    if verbose == "auto":
-        return 1
-    if verbose not in (0, 1, 2) or isinstance(verbose, bool):
-        raise ConfigError("verbose must be 'auto', 0, 1 or 2", value=verbose, fix="pass verbose=0")
-    return int(verbose)
-
-
 # -- arguments -------------------------------------------------------------------------------------
-def _compiled_steps(model: Any) -> int | None:
-    steps = int(getattr(model, "steps_per_execution", 1) or 1)
-    return steps if steps > 1 else None
-
-
-def _check_arguments(model: Any, *, class_weight: Any, validation_freq: Any) -> None:
-    """Keras's arguments this model can train with, each refused with its fix."""
-    _check_class_weight(model, class_weight)
-    _check_validation_freq(validation_freq)
-
-
-def _check_class_weight(model: Any, class_weight: Any) -> None:
-    if class_weight is not None and len(getattr(model, "outputs", None) or [None]) > 1:
-        raise ConfigError(
-            f"class_weight needs a model with one output, and this one has {len(model.outputs)}",
-            value=class_weight,
-            fix="pass sample weights per output in the data instead ((x, y, {output: weights}))",
-        )
-
-
-def _check_validation_freq(freq: Any) -> None:
-    ok = (isinstance(freq, int) and freq >= 1) or (
-        isinstance(freq, Sequence) and not isinstance(freq, str) and all(isinstance(e, int) for e in freq)
-    )
-    if not ok:
-        raise ConfigError(
-            "validation_freq must be a whole number of at least 1, or a list of epochs",
-            value=freq,
-            fix="pass validation_freq=1, or e.g. [1, 5, 10]",
-        )
