@@ -974,3 +974,34 @@ def test_the_budget_is_never_more_than_a_share_of_the_run():
     assert tuning.budget(options, estimated_run_s=100.0) == pytest.approx(8.0)  # the floor would be 20
     assert tuning.budget(options, estimated_run_s=10_000.0) == tuning.tuner.BUDGET_CAP_S
     assert tuning.budget(TuneOptions(budget_s=30.0), estimated_run_s=1.0) == 30.0
+
+
+def test_a_tuning_s_variants_share_the_run_s_converted_arrays(tmp_path, monkeypatch):
+    """Issue 67 item 3: a trial varies the run (its batch, its model's copy, its compiled step),
+    it does not convert the training arrays again: batch_size='auto' tries 64, 128, ... in
+    setups of their own, and the arrays are made tensors once a fit (before: once a variant)."""
+    from tfgpu.train import inputs
+
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    forced(monkeypatch)
+    calls = []
+    convert = inputs.Input._converted
+
+    def counted(self, source):
+        calls.append(self.global_batch)
+        return convert(self, source)
+
+    monkeypatch.setattr(inputs.Input, "_converted", counted)
+    x, y = data()
+    history = tfgpu.fit(
+        in_scope(local_strategy(1), model),
+        x,
+        y,
+        batch_size="auto",
+        verbose=0,
+        steps_per_execution=1,
+        tune_budget_s=5,
+    )
+    tried = {t.candidate for t in history.train_result.tuning.trials if t.knob == "batch_size"}
+    assert len(tried) >= 2, history.train_result.tuning.trials
+    assert calls == [32], calls

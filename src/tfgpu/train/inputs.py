@@ -128,6 +128,7 @@ class Input:
         global_batch: int,
         strategy: Any,
         direct: bool,
+        converted: tuple[Any, int] | None = None,
     ) -> None:
         import tensorflow as tf
 
@@ -153,11 +154,7 @@ class Input:
         if training and kind == sources.DIRECTORY:
             self._check_directory_rows(source)
         if self._arrays_given:
-            if self._weigh is not None:
-                source = self._weigh(*source)
-            rows = sources.array_rows(source)
-            with tf.device("/cpu:0"):
-                self._tensors = tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source)))
+            self._tensors, rows = converted if converted is not None else self._converted(source)
             self._rows = rows
             if training:
                 self._pass_steps = training_steps(rows, global_batch, self.replicas)
@@ -165,6 +162,23 @@ class Input:
                 self.steps_per_epoch = task.steps_per_epoch if self._by_steps else self._pass_steps
                 with tf.device("/cpu:0"):
                     self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
+
+    def _converted(self, source: Any) -> tuple[Any, int]:
+        """(the arrays as tensors in host memory, class weights made sample weights; their
+        rows): made once a fit, and shared by every variant a tuning tries (``converted``)."""
+        import tensorflow as tf
+
+        if self._weigh is not None:
+            source = self._weigh(*source)
+        rows = sources.array_rows(source)
+        with tf.device("/cpu:0"):
+            return tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source))), rows
+
+    @property
+    def converted(self) -> tuple[Any, int] | None:
+        """The arrays as this input holds them, for another input over the same arrays in
+        another batch or strategy (a tuning trial's); None for data that is not arrays."""
+        return (self._tensors, self._rows) if self._arrays_given else None
 
     def _check_directory_rows(self, source: Any) -> None:
         """On one worker a directory's global batches are split by the strategy, the short last

@@ -39,11 +39,18 @@ class Setup:
 
     @classmethod
     def build(
-        cls, task: Task, *, strategy: Any = None, placement: Placement | None = None, record: bool = True
+        cls,
+        task: Task,
+        *,
+        strategy: Any = None,
+        placement: Placement | None = None,
+        record: bool = True,
+        converted: tuple[Any, int] | None = None,
     ) -> Setup:
         """The setup of ``task`` under ``strategy`` (default ``tfgpu.strategy()``); a split
         ``placement`` chooses the strategy itself. ``record``: say the run's choices (a tuning
-        variant's setup says none)."""
+        variant's setup says none); ``converted``: the training arrays as another setup holds
+        them (``Input.converted``), not converted again."""
         placement = placement or Placement()
         if placement.splits:
             strategy, model = _split_model(task, strategy=strategy, placement=placement)
@@ -65,6 +72,7 @@ class Setup:
             global_batch=global_batch,
             strategy=feed or strategy,
             direct=feed is None,
+            converted=converted,
         )
         setup = cls(
             task=task,
@@ -194,10 +202,11 @@ class Setup:
             metrics=(),
             batch_size=batch // int(strategy.num_replicas_in_sync),
         )
+        converted = self.train.converted  # the arrays stay converted once a fit
         if record:
-            return Setup.build(task, strategy=strategy)
+            return Setup.build(task, strategy=strategy, converted=converted)
         with choices.unchanged():
-            return Setup.build(task, strategy=strategy, record=False)
+            return Setup.build(task, strategy=strategy, record=False, converted=converted)
 
     def precision_for(self) -> tuple[str, str | None]:
         """(the mixed policy to try, why it cannot be tried here: None when it can): bf16 on GPUs
