@@ -4,9 +4,12 @@ Keras's multi-GPU guide MLP (784 -> 256 -> 256 -> 10), 200,000 rows of float32, 
 In each process, twin models (same weights) are predicted in interleaved rounds: Keras's
 ``predict`` on one, ``tfgpu.predict`` on the other, and Keras again on the first (its twin: the
 noise floor). One device, and (``--devices 2``) two logical CPU devices or every GPU, where
-tfgpu runs a MirroredStrategy and Keras its own predict under the same strategy.
+tfgpu runs a MirroredStrategy and Keras its own predict under the same strategy; and there, twins
+made outside any scope as most code makes them (issue 67): Keras's ``predict`` runs them on one
+device, ``tfgpu.predict`` on every one (``placement.place``).
 
-Goals: tfgpu / Keras >= 1.0 on one device, >= 1.1 on two; medians over the processes.
+Goals: tfgpu / Keras >= 1.0 on one device, >= 1.1 on two, both for models made in the scope and
+for models made outside it; medians over the processes.
 
 Run: make bench-predict-arrays   (or .venv/bin/python bench/predict_arrays_bench.py
 [--processes 3] [--rounds 5] [--rows 200000] [--pin])
@@ -63,6 +66,10 @@ def one_process(*, rounds: int, rows: int, devices: int, cpu: int | None) -> dic
         "tfgpu": lambda: tfgpu.predict(ours, x, batch_size=BATCH, verbose=0),
         "keras twin": lambda: keras_model.predict(x, batch_size=BATCH, verbose=0),
     }
+    if strategy is not None:  # made outside any scope: Keras predicts on one device, tfgpu on all
+        plain_keras, plain_ours = build(), build()
+        variants["keras, no scope"] = lambda: plain_keras.predict(x, batch_size=BATCH, verbose=0)
+        variants["tfgpu, no scope"] = lambda: tfgpu.predict(plain_ours, x, batch_size=BATCH, verbose=0)
     first = {name: run() for name, run in variants.items()}  # warm-up, and the outputs compared
     np.testing.assert_allclose(first["tfgpu"], first["keras"], rtol=1e-2, atol=1e-2)  # TF32 on a GPU
     rates: dict[str, list[float]] = {name: [] for name in variants}
@@ -72,6 +79,14 @@ def one_process(*, rounds: int, rows: int, devices: int, cpu: int | None) -> dic
             run()
             rates[name].append(rows / (time.perf_counter() - start))
     return rates
+
+
+def _no_scope(per: list[dict[str, list[float]]]) -> str:
+    """tfgpu / Keras for the twins made outside any scope: the median and each process's."""
+    if "tfgpu, no scope" not in per[0]:
+        return "-"
+    ratios = [statistics.median(p["tfgpu, no scope"]) / statistics.median(p["keras, no scope"]) for p in per]
+    return f"{statistics.median(ratios):.2f} ({' '.join(f'{r:.2f}' for r in ratios)})"
 
 
 def _has_gpu() -> bool:
@@ -120,6 +135,7 @@ def main() -> None:
                 "tfgpu rows/s": statistics.median(statistics.median(p["tfgpu"]) for p in per),
                 "tfgpu / keras": statistics.median(ratios),
                 "per process": " ".join(f"{r:.2f}" for r in ratios),
+                "no scope: tfgpu / keras": _no_scope(per),
                 "twin / keras": " ".join(f"{r:.2f}" for r in twins),
                 "goal": ">= 1.0" if devices == 1 else ">= 1.1",
                 "met": "yes" if statistics.median(ratios) >= (1.0 if devices == 1 else 1.1) else "NO",
