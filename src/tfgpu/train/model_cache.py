@@ -9,8 +9,8 @@ compiled state changes: a re-compile (a new optimizer, loss or metrics), a ``tra
 changed (the transfer-learning guide's second phase), a remat mode set for a run. Before this
 module, four registries across ``model``, ``split``, ``execution`` and the Trainer each kept part
 of it, and ``model``, ``execution`` and ``remat`` imported each other in a cycle to reach them.
-The marks ``model`` leaves on a model (re-homed; the data structures its loss was checked
-against) are fields here too.
+The marks tfgpu leaves on a model (re-homed; the data structures its loss was checked against;
+the strategies its step was proved on) are fields here too, not entries among its functions.
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ class _Entry:
     state: tuple[Any, ...]  # the compiled state the functions were made for
     functions: dict[Any, Any] = field(default_factory=dict)
     copies: dict[Any, list[Any]] = field(default_factory=dict)  # key -> [copy, state it follows]
-    # the data structures whose labels the compiled loss was checked against (``model.build``)
+    # the data structures whose labels the compiled loss was checked against (``building.build``)
     checked: set[str] = field(default_factory=set)
     rehomed: bool = False  # tfgpu moved the model into a strategy's scope (it may move it again)
+    proved: list[Any] = field(default_factory=list)  # the strategies ``train.proof`` compared on
 
 
 ATTRIBUTE = "_tfgpu_cache"  # on the model itself, as Keras keeps train_function there
@@ -77,7 +78,7 @@ def _entry(model: Any) -> _Entry:
         entry = _Entry(state)
         object.__setattr__(model, ATTRIBUTE, entry)  # past Keras's attribute tracking
     elif not same_state(entry.state, state):  # a new loss checks the labels again
-        entry.state, entry.functions, entry.checked = state, {}, set()
+        entry.state, entry.functions, entry.checked, entry.proved = state, {}, set(), []
     return entry
 
 
@@ -101,7 +102,7 @@ def function(model: Any, key: tuple[Any, ...], make: Callable[[], Any]) -> Any:
 
 
 def checked(model: Any, spec: str) -> bool:
-    """Whether the compiled loss was checked against data of structure ``spec`` (``model.build``:
+    """Whether the compiled loss was checked against data of structure ``spec`` (``building.build``:
     the check traces the model, tens of ms, so once per model, compiled state and structure)."""
     return spec in _entry(model).checked
 
@@ -111,7 +112,7 @@ def mark_checked(model: Any, spec: str) -> None:
 
 
 def rehomed(model: Any) -> bool:
-    """True when tfgpu moved ``model`` into a strategy (``model.rehome``): it may move it again."""
+    """True when tfgpu moved ``model`` into a strategy (``rehoming.rehome``): it may move it again."""
     entry = _kept(model)
     return entry is not None and entry.rehomed
 
@@ -126,12 +127,12 @@ def functions(model: Any) -> dict[Any, Any]:
 
 
 def forget(model: Any) -> None:
-    """Drop every compiled function of ``model``: its variables were replaced (``model.rehome``),
+    """Drop every compiled function of ``model``: its variables were replaced (``rehoming.rehome``),
     and a function traced before would go on updating the old ones (an evaluation after a
     re-home read metrics its step no longer updated: 0.76 where Keras said 0.81)."""
     entry = _kept(model)
     if entry is not None:
-        entry.functions = {}
+        entry.functions, entry.proved = {}, []
 
 
 def copy(
@@ -166,11 +167,11 @@ def copies(model: Any) -> dict[Any, Any]:
     return {} if entry is None else {k: v[0] for k, v in entry.copies.items()}
 
 
-def mark(model: Any, key: Any) -> None:
-    """Note that ``key`` was done for ``model`` in its compiled state (``marked`` says it until
-    the state changes): ``train.proof``'s comparison, once per model and compiled state."""
-    _entry(model).functions[("mark", key)] = True
+def proved(model: Any, strategy: Any) -> bool:
+    """Whether ``train.proof`` compared ``model``'s step on ``strategy``'s replicas with one
+    device's in its compiled state and variables (once per model, compiled state and strategy)."""
+    return any(s is strategy for s in _entry(model).proved)
 
 
-def marked(model: Any, key: Any) -> bool:
-    return ("mark", key) in _entry(model).functions
+def mark_proved(model: Any, strategy: Any) -> None:
+    _entry(model).proved.append(strategy)

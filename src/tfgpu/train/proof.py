@@ -52,7 +52,7 @@ class Proof:
 def proved(model: Any, strategy: Any) -> bool:
     """Whether ``model`` was compared on ``strategy`` in its compiled state already (a script
     calling ``fit`` once per epoch pays for the comparison once)."""
-    return model_cache.marked(model, ("proved", strategy))
+    return model_cache.proved(model, strategy)
 
 
 def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "the first batch") -> Proof:
@@ -96,7 +96,7 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
         for metric in model.metrics:
             metric.reset_state()
     _assign(variables, before)
-    model_cache.mark(model, ("proved", strategy))
+    model_cache.mark_proved(model, strategy)
     trained = [i for i, v in enumerate(variables) if v.trainable]
     from tfgpu.train.model import looked_up
 

@@ -180,7 +180,7 @@ class Setup:
     def copy_for(self, *, devices: int, policy: str | None) -> tuple[Any, Any]:
         """(model, strategy) for ``devices`` (1: this setup's first device) in a mixed ``policy``:
         this setup's own, or a copy of its model made from its state now (one Keras cannot make:
-        ``model.copy_in``'s ConfigError)."""
+        ``placement.copy_in``'s ConfigError)."""
         if devices == self.replicas and policy is None:
             return self.model, self.strategy
         strategy = self.strategy
