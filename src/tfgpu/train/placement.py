@@ -46,9 +46,6 @@ class Placement:
     strategy: Any
     model: Any
 
-    def is_copy_of(self, model: Any) -> bool:
-        return self.model is not model
-
 
 def owner(model: Any) -> Any | None:
     """The strategy whose scope the model was created in; None: no strategy's."""
