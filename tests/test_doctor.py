@@ -531,3 +531,63 @@ def test_doctor_does_not_import_estimator():
             else:
                 continue
             assert not [n for n in names if n == "tfgpu.estimator"], f"{path.name} imports tfgpu.estimator"
+
+
+def toolchain_dirs(tmp_path, *, ptxas=True, libdevice=True):
+    """A site directory holding the nvidia-cuda-nvcc-cu12 package's files (or some of them)."""
+    root = tmp_path / "site" / "nvidia" / "cuda_nvcc"
+    if ptxas:
+        (root / "bin").mkdir(parents=True)
+        (root / "bin" / "ptxas").write_text("")
+    if libdevice:
+        (root / "nvvm" / "libdevice").mkdir(parents=True)
+        (root / "nvvm" / "libdevice" / "libdevice.10.bc").write_text("")
+    return str(tmp_path / "site")
+
+
+def test_xla_toolchain_is_found_where_tensorflow_looks(tmp_path):
+    """Issue 69 item 1: the nvidia-cuda-nvcc-cu12 package beside TensorFlow, the directory
+    XLA_FLAGS names, ptxas on PATH; what is missing is named."""
+    from tfgpu.doctor import xla_toolchain
+
+    site = toolchain_dirs(tmp_path)
+    found = xla_toolchain.find({"PATH": ""}, site_dirs=[site], toolkits=())
+    assert found.ptxas.endswith("nvidia/cuda_nvcc/bin/ptxas") and found.libdevice.endswith("libdevice.10.bc")
+    assert found.missing() == []
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "nvvm" / "libdevice").mkdir(parents=True)
+    (toolkit / "nvvm" / "libdevice" / "libdevice.10.bc").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ptxas").write_text("")
+    (bin_dir / "ptxas").chmod(0o755)
+    flags = {"XLA_FLAGS": f"--xla_gpu_cuda_data_dir={toolkit}", "PATH": str(bin_dir)}
+    found = xla_toolchain.find(flags, site_dirs=[], toolkits=())
+    assert found.libdevice == str(toolkit / "nvvm" / "libdevice" / "libdevice.10.bc")
+    assert found.ptxas == str(bin_dir / "ptxas") and found.searched[0] == f"XLA_FLAGS's {toolkit}"
+    bare = xla_toolchain.find(
+        {"PATH": ""}, site_dirs=[toolchain_dirs(tmp_path / "b", ptxas=False)], toolkits=()
+    )
+    assert bare.missing() == ["ptxas"] and bare.libdevice is not None
+
+
+def test_doctor_says_what_xla_lacks_on_a_gpu_machine_and_exits_1(tmp_path):
+    """A GPU TensorFlow uses, no PTX compiler where it looks: one line naming what is missing
+    and the one command that fixes it, exit status 1. With it: ok, with the compile's seconds
+    when --deep compiled one function. A CPU machine is not asked."""
+    from tfgpu.doctor import xla_toolchain
+
+    lacking = xla_toolchain.find(
+        {"PATH": ""}, site_dirs=[toolchain_dirs(tmp_path / "a", ptxas=False)], toolkits=()
+    )
+    found = checks("h100x2", probe(gpus=2, cc=(9, 0), xla_toolchain=lacking.to_dict()))
+    line = found["xla-toolchain"]
+    assert line.status == "fail" and "no ptxas" in line.finding and "libdevice" not in line.finding
+    assert "nvidia-cuda-nvcc-cu12" in line.fix and found["_report"].exit_code == 1
+    whole = xla_toolchain.find({"PATH": ""}, site_dirs=[toolchain_dirs(tmp_path / "b")], toolkits=())
+    deep = {"errors": {}, "xla": {"device": "/device:GPU:0", "ok": True, "compile_s": 0.412}}
+    found = checks("h100x2", probe(gpus=2, cc=(9, 0), xla_toolchain=whole.to_dict(), deep=deep))
+    assert found["xla-toolchain"].status == "ok" and "0.41 s" in found["xla-toolchain"].finding
+    assert "0.41 s to compile and run" in found["xla"].finding
+    assert found["_report"].exit_code == 0
+    assert "xla-toolchain" not in checks("no-driver", probe())

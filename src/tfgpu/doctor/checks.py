@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tfgpu import cluster, nvml, versions
-from tfgpu.doctor import blackwell, known_issues
+from tfgpu.doctor import blackwell, known_issues, xla_toolchain
 from tfgpu.doctor.estimator_help import GUIDE, install_line
 from tfgpu.errors import ClusterError
 
@@ -611,6 +611,31 @@ def _deep_errors(errors: dict[str, str]) -> list[CheckResult]:
     return results
 
 
+def check_xla_toolchain(f: Facts) -> CheckResult | None:
+    """XLA's PTX compiler and libdevice where TensorFlow sees a GPU (``doctor.xla_toolchain``):
+    without them XLA fails or falls back, and Keras turns XLA on by default on one GPU."""
+    found = f.tf.get("xla_toolchain") if f.tf_ok and f.tf_gpu_count else None
+    if not found:
+        return None
+    toolchain = xla_toolchain.Toolchain(found["ptxas"], found["libdevice"], tuple(found["searched"]))
+    missing = toolchain.missing()
+    if missing:
+        return CheckResult(
+            "xla-toolchain",
+            FAIL,
+            f"XLA cannot compile for the GPU: no {' and no '.join(missing)} where TensorFlow looks "
+            f"({', '.join(toolchain.searched)}); jit_compile=True, which Keras turns on by default on "
+            'one GPU, fails ("No PTX compilation provider is available") or falls back to the driver\'s '
+            "slower compiler",
+            xla_toolchain.FIX,
+        )
+    compiled = ((f.tf.get("deep") or {}).get("xla") or {}).get("compile_s")
+    timed = f"; a small XLA function compiled and ran in {compiled:.2f} s" if compiled is not None else ""
+    return CheckResult(
+        "xla-toolchain", OK, f"XLA's ptxas {toolchain.ptxas}, libdevice {toolchain.libdevice}{timed}"
+    )
+
+
 def check_deep(f: Facts) -> list[CheckResult]:
     deep = f.tf.get("deep")
     if not deep:
@@ -632,7 +657,12 @@ def check_deep(f: Facts) -> list[CheckResult]:
                 "xla",
                 status,
                 f"XLA (jit_compile=True) on {xla['device']}: "
-                + ("compiles and gives the right answer" if xla.get("ok") else "wrong answer"),
+                + ("compiles and gives the right answer" if xla.get("ok") else "wrong answer")
+                + (
+                    f" ({xla['compile_s']:.2f} s to compile and run)"
+                    if xla.get("compile_s") is not None
+                    else ""
+                ),
             )
         )
     return results + _deep_errors(deep.get("errors") or {})
@@ -678,6 +708,7 @@ CHECKS: tuple[Callable[[Facts], CheckResult | list[CheckResult] | None], ...] = 
     check_blackwell,
     check_cuda_visible_devices,
     check_mixed_precision,
+    check_xla_toolchain,
     check_environment,
     check_exposure,
     check_estimator,

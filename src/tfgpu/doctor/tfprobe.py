@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from tfgpu import selfcheck
+from tfgpu.doctor import xla_toolchain
 
 DEEP_GPU_MB = 1024  # each of the two logical GPUs --deep makes of a single GPU
 
@@ -129,6 +130,8 @@ def _gather(tf: Any) -> dict[str, Any]:
         "estimator": hasattr(tf, "estimator") and hasattr(tf.estimator, "Estimator"),
         "estimator_package": estimator_package,
         "packages": sorted(name for name in ("tensorboard", "xprof") if importlib.util.find_spec(name)),
+        # where XLA finds ptxas and libdevice, looked for in this interpreter where there is a GPU
+        "xla_toolchain": xla_toolchain.find().to_dict() if gpus else None,
     }
 
 
@@ -163,8 +166,11 @@ def _xla(tf: Any) -> dict[str, Any] | None:
         return None
     with tf.device(gpus[0].name):
         double_sum = tf.function(lambda x: tf.reduce_sum(x * 2.0), jit_compile=True)
-        value = float(double_sum(tf.ones((64, 64))))
-    return {"device": gpus[0].name, "ok": value == 2.0 * 64 * 64}
+        ones = tf.ones((64, 64))
+        started = time.perf_counter()
+        value = float(double_sum(ones))  # the first call compiles
+        compile_s = time.perf_counter() - started
+    return {"device": gpus[0].name, "ok": value == 2.0 * 64 * 64, "compile_s": round(compile_s, 3)}
 
 
 def _deep(tf: Any) -> dict[str, Any]:
