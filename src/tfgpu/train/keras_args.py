@@ -55,7 +55,7 @@ def check_auto_batch(batch_size: Any, train: sources.Source) -> None:
 
 def acting(model: Any, steps_per_execution: int | None, callbacks: Any) -> tuple[list[str], int | None]:
     """(the callbacks acting on every batch, the model's own steps a call when some do): with
-    no ``steps_per_execution`` asked, such callbacks get Keras's batches (``_say_per_batch``)."""
+    no ``steps_per_execution`` asked, such callbacks get Keras's batches (``say_per_batch``)."""
     acting = [] if steps_per_execution else callback_setup.acting_per_batch(callbacks or ())
     return acting, (int(getattr(model, "steps_per_execution", 1) or 1) if acting else None)
 

@@ -481,7 +481,7 @@ def _shape_may_change(spec: Any) -> bool:
     for part in tf.nest.flatten(spec):
         if not isinstance(part, tf.TensorSpec):
             return True
-        if any(d is None for d in part.shape.as_list()[1:]) if part.shape.rank is not None else True:
+        if part.shape.rank is None or None in part.shape.as_list()[1:]:
             return True
     return False
 

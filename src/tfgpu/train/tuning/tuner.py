@@ -415,7 +415,6 @@ class Tuner:
         from tfgpu.train import execution, placement
 
         steps = 4 * base.steps_per_execution
-        start = None if self.model is None else self.model.get_weights()
         losses = []
         for config in (base, candidate):
             model = self.bench.model(config) or self.model
@@ -423,8 +422,8 @@ class Tuner:
                 losses.append(self.bench.rate(config, steps)[1])
                 continue
             with execution.restored(model):
-                if model is not self.model and start is not None:  # the copy from this model's state
-                    placement.transfer(self.model, model)  # the run's state now: the start
+                if model is not self.model and self.model is not None:  # a copy: from the run's state
+                    placement.transfer(self.model, model)
                 model.reset_metrics()
                 losses.append(self.bench.rate(config, steps)[1])
         a, b = losses
