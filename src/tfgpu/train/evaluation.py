@@ -108,16 +108,19 @@ def evaluator_for(strategy: Any, model: Any) -> Evaluator:
     return model_cache.function(model, ("evaluator", strategy), lambda: Evaluator(strategy, model))
 
 
-def input_for(data: Any, task: Task, strategy: Any, *, in_cluster: bool) -> inputs.Input:
-    """``data`` as evaluation reads it under ``strategy`` (under ParameterServerStrategy the
-    coordinator evaluates, reading the data itself: ``evaluation_strategy``)."""
-    local = distribute.is_parameter_server(strategy)
-    feed = None if local else distribute.input_strategy(strategy, in_cluster=in_cluster)
+def input_for(
+    data: Any, task: Task, strategy: Any, *, feed: Any, global_batch: int, training: bool = False
+) -> inputs.Input:
+    """``data`` as ``strategy``'s replicas read it, fed by ``feed`` (``distribute.input_strategy``;
+    None: iterated as it is). Under ParameterServerStrategy the coordinator evaluates, reading
+    the data itself (``evaluation_strategy``). The one recipe of ``Setup.input`` and
+    ``tfgpu.evaluate``."""
+    local = not training and distribute.is_parameter_server(strategy)
     return inputs.Input(
         data,
         task=task,
-        training=False,
-        global_batch=task.batch_size * int(strategy.num_replicas_in_sync),
-        strategy=feed or evaluation_strategy(strategy),
-        direct=feed is None,
+        training=training,
+        global_batch=global_batch,
+        strategy=evaluation_strategy(strategy) if local else feed or strategy,
+        direct=feed is None or local,
     )

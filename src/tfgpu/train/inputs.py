@@ -135,7 +135,6 @@ class Input:
         self.source, self.task, self.training = source, task, training
         self.global_batch, self.strategy, self.direct = global_batch, strategy, direct
         self.kind = kind = sources.kind_of(source)  # what the data is, asked once
-        self.is_dataset = kind == sources.DATASET
         self.per_epoch = kind == sources.FUNCTION and takes_epoch(source)
         self.steps_per_epoch: int | None = task.steps_per_epoch if training else None
         self.element_spec: Any = None  # one worker's dataset's, set when it is built
@@ -148,12 +147,11 @@ class Input:
         self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
-        self._arrays_given = kind == sources.ARRAYS
         self._drop_remainder: bool | None = None  # a directory's: None is the pipeline's default
         self._by_steps = False  # arrays with a steps_per_epoch of their own (``pass_at``)
         if training and kind == sources.DIRECTORY:
             self._check_directory_rows(source)
-        if self._arrays_given:
+        if self.arrays_given:
             self._tensors, rows = converted if converted is not None else self._converted(source)
             self._rows = rows
             if training:
@@ -178,7 +176,7 @@ class Input:
     def converted(self) -> tuple[Any, int] | None:
         """The arrays as this input holds them, for another input over the same arrays in
         another batch or strategy (a tuning trial's); None for data that is not arrays."""
-        return (self._tensors, self._rows) if self._arrays_given else None
+        return (self._tensors, self._rows) if self.arrays_given else None
 
     def _check_directory_rows(self, source: Any) -> None:
         """On one worker a directory's global batches are split by the strategy, the short last
@@ -208,9 +206,13 @@ class Input:
         return 1 if self.strategy is None else self.strategy.num_replicas_in_sync
 
     @property
+    def is_dataset(self) -> bool:
+        return self.kind == sources.DATASET
+
+    @property
     def arrays_given(self) -> bool:
         """The data came as arrays: tfgpu batches them itself, from tensors held in memory."""
-        return self._arrays_given
+        return self.kind == sources.ARRAYS
 
     def iterator(self, epoch: int, step: int = 0) -> tuple[Any, int]:
         """An iterator for ``epoch`` and the batches to skip in it to reach ``step``."""
@@ -218,7 +220,7 @@ class Input:
             if self._live is not None and self._live[1:] == (epoch, step):
                 return self._live[0], 0
             self._live = None  # the old iterator (and its prefetch threads) goes first
-            if self._arrays_given:
+            if self.arrays_given:
                 first, offset = self._pass_at(epoch)
                 self._first_epoch.assign(first)  # read when the iterator starts
                 step += offset
@@ -227,7 +229,7 @@ class Input:
     def known_length(self) -> int | None:
         """Batches in a pass when known: arrays' (in training the epoch's steps), a
         ``tf.data.Dataset``'s when tf.data knows (None: unknown or infinite)."""
-        if self._arrays_given:
+        if self.arrays_given:
             return self.steps_per_epoch if self.training else -(-self._rows // self.global_batch)
         if not self.is_dataset:
             return None
@@ -244,7 +246,7 @@ class Input:
         strategy = self.strategy
         if strategy is not None and (strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)):
             return False
-        return self._arrays_given or self.known_length() is not None
+        return self.arrays_given or self.known_length() is not None
 
     def set_tf_options(self, options: Any) -> None:
         """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""
@@ -349,7 +351,7 @@ class Input:
 
         def made(ctx: Any) -> Any:
             per_replica = ctx.get_per_replica_batch_size(self.global_batch)
-            if self._arrays_given:
+            if self.arrays_given:
                 return self._arrays(ctx, per_replica)
             if self.kind == sources.FUNCTION:
                 args = (ctx, per_replica) if takes_batch(source) else (ctx,)
@@ -572,7 +574,6 @@ def has_cache(dataset: Any) -> bool:
 
 
 def _check_dataset(dataset: Any, fn: Any, *, training: bool) -> None:
-
     if sources.kind_of(dataset) != sources.DATASET:
         name = getattr(fn, "__qualname__", repr(fn))
         raise ConfigError(

@@ -219,7 +219,14 @@ def evaluate(
     task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
     spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
-    source = evaluation.input_for(data.data, task, strategy, in_cluster=spec is not None)
+    feed = (
+        None
+        if distribute.is_parameter_server(strategy)
+        else distribute.input_strategy(strategy, in_cluster=spec is not None)
+    )
+    source = evaluation.input_for(
+        data.data, task, strategy, feed=feed, global_batch=per_replica * int(strategy.num_replicas_in_sync)
+    )
     shown = keras_args.verbose_of(verbose) if is_chief else 0
     listed = None
     if callbacks or shown:

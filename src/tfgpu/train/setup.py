@@ -18,7 +18,7 @@ from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
 from tfgpu.train import building, inputs, sources, split
 from tfgpu.train import model as model_setup
-from tfgpu.train.evaluation import evaluation_strategy
+from tfgpu.train.evaluation import input_for
 from tfgpu.train.options import Placement
 from tfgpu.train.placement import build_for_data, copy_in, fits_strategy, owner
 from tfgpu.train.task import Task
@@ -156,14 +156,9 @@ class Setup:
     def input(self, source: Any, *, training: bool) -> inputs.Input:
         """``source`` as an input of this setup (under ParameterServerStrategy the coordinator
         evaluates, reading the data itself)."""
-        local = not training and self.parameter_server
-        return inputs.Input(
-            source,
-            task=self.task,
-            training=training,
-            global_batch=self.global_batch,
-            strategy=evaluation_strategy(self.strategy) if local else self.input_strategy,
-            direct=self.direct or local,
+        feed = None if self.direct else self.input_strategy
+        return input_for(
+            source, self.task, self.strategy, feed=feed, global_batch=self.global_batch, training=training
         )
 
     def eval_input(self) -> inputs.Input:
