@@ -11,7 +11,9 @@ trained with Keras's ``fit`` on one device:
   ``preserve_order`` and blocks of equal rows, Ray hands worker r the blocks r, r+2, ...;
 - a worker killed mid-epoch: Ray restarts both, tfgpu resumes from the checkpoint Ray kept, and
   the run ends with the weights of one never interrupted; that checkpoint loads into a fresh
-  model (``tfgpu.ray.load_weights``).
+  model (``tfgpu.ray.load_weights``);
+- an elastic group (tests/scripts/ray_elastic.py): a node lost, the run goes on with 1 worker of
+  2; a node added, with 2 of 1; each ends at one device's weights.
 
 The unit tests need Ray installed but no cluster.
 """
@@ -166,6 +168,54 @@ def test_tfgpu_s_summary_and_progress_lines_come_from_rank_0_only(runs: tuple[Pa
     assert pids(r"Epoch \d+/\d+") == {0}
     assert pids("resumed from") == {0}
     assert len(re.findall(r"tfgpu chose:", output)) == 4  # arrays, shard, killed twice
+
+
+ELASTIC = Path(__file__).parent / "scripts" / "ray_elastic.py"
+
+
+@pytest.fixture(scope="module", params=["shrink", "grow"])
+def elastic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, str]:
+    """ray_elastic.py in a process of its own for each change (a Ray cluster of its own: Ray's
+    view of the nodes is kept by a detached actor that outlives one run)."""
+    mode = request.param
+    out = tmp_path_factory.mktemp(f"ray-{mode}")
+    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
+    env.pop("TFGPU_LOGICAL_CPUS", None)
+    done = subprocess.run(
+        [sys.executable, str(ELASTIC), str(out), mode],
+        capture_output=True,
+        text=True,
+        timeout=CEILING_S,
+        env=env,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-6000:]
+    return mode, out, output
+
+
+@pytest.mark.slow
+def test_an_elastic_group_that_shrinks_or_grows_mid_epoch_ends_at_one_device_s_weights(
+    elastic: tuple[str, Path, str],
+) -> None:
+    """ScalingConfig(num_workers=(1, 2)): 2 workers lose a node at step 12 and go on as 1, or 1
+    worker gains one and goes on as 2; either way from Ray's checkpoint of step 10, on the same
+    global batches, to the weights of one device's run never interrupted."""
+    mode, out, output = elastic
+    before, after = (2, 1) if mode == "shrink" else (1, 2)
+    groups = (out / f"{mode}-groups").read_text().split()
+    assert sorted(groups[:before]) == [f"{r}/{before}" for r in range(before)], groups
+    assert sorted(groups[before:]) == [f"{r}/{after}" for r in range(after)], groups
+    assert "the cluster changes at step 12 (2 checkpoints kept)" in output
+    replicas = f"{before} replica{'s' if before > 1 else ''}, now {after}"
+    resumed = re.findall(rf"resumed from \S+ckpt-(\d+) at step \d+ \(saved on {replicas}\), the same global", output)
+    assert resumed == ["10"], output[-3000:]
+    weights, losses = _keras(_plain())
+    for rank in range(after):
+        found = _worker(out, mode, rank)
+        assert found["size"] == after and found["iterations"] == ray_fit.ROWS // ray_fit.BATCH * ray_fit.EPOCHS
+        for got, want in zip(found["weights"], weights, strict=True):
+            np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(found["history"]["loss"][-1], losses[-1], rtol=1e-5)
 
 
 def test_the_callback_outside_a_ray_worker_says_where_to_make_it() -> None:

@@ -166,6 +166,40 @@ def test_checkpoints_kept_and_resumed(tmp_path, single):
     assert_same_weights(resumed.model.get_weights(), single["weights"])
 
 
+def test_a_run_resumed_on_other_replicas_goes_on_as_one_device_and_says_so(tmp_path, single, caplog):
+    """Checkpoints of 2 replicas resumed on 3 (an elastic group that grew, a relaunch on other
+    machines): the same global batches, so one device's weights, and the resume line says so."""
+    directory = str(tmp_path / "ck")
+    first = tfgpu.Trainer(
+        make_task(GLOBAL // 2), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=directory
+    )
+    first.fit(steps=5)
+    with caplog.at_level("INFO", logger="tfgpu"):
+        resumed = tfgpu.Trainer(
+            make_task(GLOBAL // 3), strategy=strategy(3), monitor_gpus=False, checkpoint_dir=directory
+        )
+    assert resumed.loop.counters.step == 5
+    said = [r.getMessage() for r in caplog.records if "resumed from" in r.getMessage()]
+    assert said and said[0].endswith("at step 5 (saved on 2 replicas, now 3), the same global batches")
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("tfgpu")]
+    resumed.fit(steps=STEPS)
+    assert_same_weights(resumed.model.get_weights(), single["weights"])
+
+
+def test_a_run_resumed_with_another_global_batch_is_warned_that_it_is_another_run(tmp_path, caplog):
+    directory = str(tmp_path / "ck")
+    tfgpu.Trainer(make_task(12), strategy=strategy(1), monitor_gpus=False, checkpoint_dir=directory).fit(
+        steps=2
+    )
+    with caplog.at_level("INFO", logger="tfgpu"):
+        tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=directory)
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("tfgpu")]
+    assert len(warned) == 1
+    assert "saved on 1 replica, now 2" in caplog.text
+    assert "the global batch is 24, the checkpoint's steps were of 12" in warned[0]
+    assert "pass the same batch_size" in warned[0]
+
+
 def test_out_of_memory_names_the_batch_size(monkeypatch):
     trainer = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False)
 

@@ -31,7 +31,7 @@ from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import callbacks as callback_setup
 from tfgpu.train import execution
 from tfgpu.train.callbacks import pythonify
-from tfgpu.train.checkpoints import Checkpoints, KeptEpoch
+from tfgpu.train.checkpoints import Checkpoints, KeptEpoch, RunShape
 from tfgpu.train.evaluation import Evaluation, evaluator_for
 from tfgpu.train.options import TrainOptions
 from tfgpu.train.result import Progress, TrainResult
@@ -165,7 +165,21 @@ class Loop:
             else []
         )
         if self.resumed_from and self.setup.is_chief:
-            log.info("resumed from %s at step %d", self.resumed_from, self.counters.step)
+            self._say_resumed(self.checkpoints.shape_kept())
+
+    @property
+    def shape(self) -> RunShape:
+        """The run's shape, kept beside its checkpoints."""
+        return RunShape(
+            global_batch=None if self.setup.batched else self.setup.global_batch,
+            replicas=self.setup.replicas,
+        )
+
+    def _say_resumed(self, saved: RunShape | None) -> None:
+        moved, warning = ("", None) if saved is None else saved.resumed_as(self.shape)
+        log.info("resumed from %s at step %d%s", self.resumed_from, self.counters.step, moved)
+        if warning:
+            log.warning("%s", warning)
 
     def save(self, step: int, logs: dict[str, Any] | None = None) -> str | None:
         """A checkpoint at ``step`` (every worker joins; the chief's path returned), told to a
@@ -176,7 +190,7 @@ class Loop:
         for name, value in asdict(self.counters).items():
             self._variables[name].assign(value)
         path = self.checkpoints.save(step)
-        self.checkpoints.save_history(self.epochs_kept)
+        self.checkpoints.save_history(self.epochs_kept, self.shape)
         saved = getattr(self.backup, "saved", None)
         if saved is not None:
             epoch = self.counters.epoch + (1 if self.counters.epoch_step else 0)
