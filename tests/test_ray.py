@@ -174,7 +174,9 @@ ELASTIC = Path(__file__).parent / "scripts" / "ray_elastic.py"
 
 
 @pytest.fixture(scope="module", params=["shrink", "grow"])
-def elastic(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path, str]:
+def elastic(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, Path, str]:
     """ray_elastic.py in a process of its own for each change (a Ray cluster of its own: Ray's
     view of the nodes is kept by a detached actor that outlives one run)."""
     mode = request.param
@@ -207,12 +209,16 @@ def test_an_elastic_group_that_shrinks_or_grows_mid_epoch_ends_at_one_device_s_w
     assert sorted(groups[before:]) == [f"{r}/{after}" for r in range(after)], groups
     assert "the cluster changes at step 12 (2 checkpoints kept)" in output
     replicas = f"{before} replica{'s' if before > 1 else ''}, now {after}"
-    resumed = re.findall(rf"resumed from \S+ckpt-(\d+) at step \d+ \(saved on {replicas}\), the same global", output)
+    resumed = re.findall(
+        rf"resumed from \S+ckpt-(\d+) at step \d+ \(saved on {replicas}\), the same global", output
+    )
     assert resumed == ["10"], output[-3000:]
     weights, losses = _keras(_plain())
     for rank in range(after):
         found = _worker(out, mode, rank)
-        assert found["size"] == after and found["iterations"] == ray_fit.ROWS // ray_fit.BATCH * ray_fit.EPOCHS
+        assert (
+            found["size"] == after and found["iterations"] == ray_fit.ROWS // ray_fit.BATCH * ray_fit.EPOCHS
+        )
         for got, want in zip(found["weights"], weights, strict=True):
             np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(found["history"]["loss"][-1], losses[-1], rtol=1e-5)

@@ -51,6 +51,52 @@ def test_configure_after_initialization_names_the_settings_it_could_not_apply():
         tfgpu.configure(allocator="cuda_malloc_async")
 
 
+@pytest.mark.parametrize(
+    ("machine", "asked", "flags", "kept"),
+    [
+        ("h100x2", None, "", "nvidia-h100"),  # on by default where there are GPUs
+        ("no-driver", None, "", None),  # a CPU-only machine: only when asked
+        ("no-driver", True, "", "cpu-"),
+        ("h100x2", False, "", None),
+        ("h100x2", None, "--tf_xla_persistent_cache_directory=/mine", None),  # the user's own
+        ("h100x2", None, "--tf_xla_auto_jit=2", "nvidia-h100"),  # kept beside other flags
+    ],
+)
+def test_xla_s_persistent_cache_is_put_under_tfgpu_s_cache_before_the_devices_start(
+    monkeypatch, tmp_path, machine, asked, flags, kept
+):
+    import tensorflow as tf
+
+    from tfgpu.config import RuntimeConfig
+    from tfgpu.testing.fake_nvml import profile
+
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TF_XLA_FLAGS", flags)
+    probe = runtime.nvml.probe
+    monkeypatch.setattr(runtime.nvml, "probe", lambda: probe(profile(machine)))
+    monkeypatch.setattr(runtime, "devices_initialized", lambda: False)
+    assert runtime._xla_cache(tf, RuntimeConfig(xla_cache=asked)) == []
+    now = runtime.os.environ["TF_XLA_FLAGS"]
+    if kept is None:
+        assert now == flags
+        return
+    assert now.startswith(flags) and now.count("--tf_xla_persistent_cache_directory=") == 1
+    directory = now.split("--tf_xla_persistent_cache_directory=")[1]
+    assert directory.startswith(str(tmp_path / "xla" / f"tf-{tf.__version__}-{kept}"))
+
+
+def test_xla_s_cache_asked_by_name_after_the_devices_started_is_said_to_be_too_late(monkeypatch):
+    import tensorflow as tf
+
+    from tfgpu.config import RuntimeConfig
+
+    monkeypatch.setenv("TF_XLA_FLAGS", "")
+    monkeypatch.setattr(runtime, "devices_initialized", lambda: True)
+    assert runtime._xla_cache(tf, RuntimeConfig(xla_cache=True)) == ["xla_cache=True"]
+    assert runtime._xla_cache(tf, RuntimeConfig()) == []  # the default: nothing to say
+    assert runtime.os.environ["TF_XLA_FLAGS"] == ""
+
+
 def test_configure_rejects_gpu_index_that_does_not_exist():
     with pytest.raises(ConfigError, match="TensorFlow sees 0 GPU"):
         tfgpu.configure(visible_gpus=[0], logical_cpus=3)

@@ -193,7 +193,9 @@ def test_a_run_resumed_with_another_global_batch_is_warned_that_it_is_another_ru
     )
     with caplog.at_level("INFO", logger="tfgpu"):
         tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=directory)
-    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("tfgpu")]
+    warned = [
+        r.getMessage() for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("tfgpu")
+    ]
     assert len(warned) == 1
     assert "saved on 1 replica, now 2" in caplog.text
     assert "the global batch is 24, the checkpoint's steps were of 12" in warned[0]

@@ -32,6 +32,10 @@ class RuntimeConfig:
         precision: ``"auto"`` (bf16 on compute capability >= 8.0, fp16 on 7.x, fp32 otherwise),
             ``"fp32"``, ``"bf16"`` or ``"fp16"``; sets the Keras global dtype policy.
         xla: turn XLA auto-clustering on or off for TensorFlow functions.
+        xla_cache: keep XLA's compiled executables under tfgpu's cache directory, so a second
+            run of the same model compiles nothing (TensorFlow's persistent XLA cache). None:
+            on where there are GPUs; True: on a CPU too; False: off. Applied only before
+            TensorFlow initializes its devices.
         intra_op_threads / inter_op_threads: TensorFlow's thread pools (0 = TensorFlow decides).
         deterministic: enable op determinism (same results run to run, somewhat slower).
         seed: seed Python, NumPy and TensorFlow.
@@ -45,6 +49,7 @@ class RuntimeConfig:
     allocator: str | None = None
     precision: str | None = None
     xla: bool | None = None
+    xla_cache: bool | None = None
     intra_op_threads: int | None = None
     inter_op_threads: int | None = None
     deterministic: bool | None = None

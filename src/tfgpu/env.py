@@ -26,6 +26,7 @@ RUNTIME_VARIABLES: dict[str, tuple[str, str]] = {
     "TFGPU_ALLOCATOR": ("allocator", "str"),
     "TFGPU_PRECISION": ("precision", "str"),
     "TFGPU_XLA": ("xla", "bool"),
+    "TFGPU_XLA_CACHE": ("xla_cache", "bool"),
     "TFGPU_INTRA_OP_THREADS": ("intra_op_threads", "int"),
     "TFGPU_INTER_OP_THREADS": ("inter_op_threads", "int"),
     "TFGPU_DETERMINISTIC": ("deterministic", "bool"),

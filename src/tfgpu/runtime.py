@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -59,6 +60,7 @@ def configure(
     allocator: str | None = None,
     precision: str | None = None,
     xla: bool | None = None,
+    xla_cache: bool | None = None,
     intra_op_threads: int | None = None,
     inter_op_threads: int | None = None,
     deterministic: bool | None = None,
@@ -87,7 +89,7 @@ def apply(config: RuntimeConfig) -> RuntimeConfig:
     else:
         late = [
             s
-            for step in (_allocator, _threads, _visible_gpus, _memory, _logical_cpus)
+            for step in (_xla_cache, _allocator, _threads, _visible_gpus, _memory, _logical_cpus)
             for s in step(tf, config)
         ]
     if late:
@@ -158,6 +160,58 @@ def _try(setting: str, current: Callable[[], Any], wanted: Any, setter: Callable
     except RuntimeError as exc:
         log.debug("could not apply %s: %s", setting, exc)
         return [setting]
+    return []
+
+
+XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
+
+
+def xla_cache_dir(tf_version: str, *, gpus: list[str], environ: Mapping[str, str] | None = None) -> str:
+    """Where XLA keeps its executables for this TensorFlow and these devices, under tfgpu's
+    cache directory: one folder per TensorFlow version and GPU model, or CPU model on a machine
+    without GPUs (an executable is machine code for one of each: XLA:CPU's, loaded on another
+    CPU, "could lead to execution errors such as SIGILL", as TensorFlow warns). ``gpus``: the
+    GPUs' names (NVML's)."""
+    from tfgpu import env
+
+    names = sorted(set(gpus))
+    return os.path.join(env.cache_dir(environ), "xla", f"tf-{tf_version}-{_slug(names or [_cpu_model()])}")
+
+
+def _slug(names: list[str]) -> str:
+    return "-".join(re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") for name in names)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return "cpu " + line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return f"cpu {platform.machine()}"
+
+
+def _xla_cache(tf: Any, config: RuntimeConfig) -> list[str]:
+    """TensorFlow's persistent XLA cache (``TF_XLA_FLAGS``), read once when TensorFlow starts
+    its devices: on by default where there are GPUs, on a CPU-only machine when asked
+    (``xla_cache=True``: XLA:CPU's compiles are short, and each load logs an error line about
+    the CPU's features); left alone where the user's TF_XLA_FLAGS names a cache of their own.
+    Too late is said only when it was asked for by name."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if config.xla_cache is False or XLA_CACHE_FLAG in flags:
+        return []
+    if devices_initialized():
+        return ["xla_cache=True"] if config.xla_cache else []
+    gpus = [gpu.name for gpu in nvml.probe().gpus]
+    if config.xla_cache is None and not gpus:
+        return []
+    directory = xla_cache_dir(tf.__version__, gpus=gpus)
+    os.environ["TF_XLA_FLAGS"] = f"{flags} {XLA_CACHE_FLAG}={directory}".strip()
+    log.debug("XLA's executables kept in %s", directory)
     return []
 
 

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ray_fit import BATCH, EPOCHS, _registered, model, rows, weights  # noqa: E402
+from ray_fit import BATCH, EPOCHS, _registered, model, rows, weights
 
 CHANGE_AT = 12  # the step (of 32) at which the cluster changes: mid-epoch, past two checkpoints
 CEILING_S = 300.0  # only a hang reaches it

@@ -86,7 +86,9 @@ class Checkpoints:
         kept = self._kept()
         try:
             batch = kept["global_batch"]
-            return RunShape(global_batch=None if batch is None else int(batch), replicas=int(kept["replicas"]))
+            return RunShape(
+                global_batch=None if batch is None else int(batch), replicas=int(kept["replicas"])
+            )
         except (KeyError, TypeError, ValueError):
             return None
 

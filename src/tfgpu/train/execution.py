@@ -408,6 +408,12 @@ def timed(
     return time.perf_counter() - start, starts, outputs
 
 
+def traced(execute: Any, iterator: Any, *, per_call: int) -> None:
+    """Trace ``execute`` (a ``train.execution`` function) for ``iterator`` without running it:
+    what its first call then costs past a steady one is the compile (``tuning``'s XLA)."""
+    execute.get_concrete_function(iterator, limit(per_call))
+
+
 def finished(outputs: Executed) -> None:
     """Return once the device has run the execution that gave ``outputs`` (and every one before
     it): read its device tensors (the logs, the row and finite counts). Not ``steps``: it is

@@ -56,6 +56,7 @@ class Tuning:
     trials: list[Trial] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     reused: str | None = None  # the file the choice was kept in, when it was reused
+    xla_compile_s: float | None = None  # XLA's first compile as the tuner timed it, tracing aside
     key: str = ""
     parts: dict[str, str] = field(default_factory=dict)  # what the key was made of (key_parts)
 
@@ -78,6 +79,7 @@ class Tuning:
             "trials": [t.to_dict() for t in self.trials],
             "notes": self.notes,
             "reused": self.reused,
+            "xla_compile_s": None if self.xla_compile_s is None else round(self.xla_compile_s, 3),
             "key": self.key,
             "summary": self.line(),
         }

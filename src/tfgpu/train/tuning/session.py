@@ -17,7 +17,7 @@ from tfgpu.train.options import Config, TrainOptions, TuneOptions
 from tfgpu.train.setup import Setup
 from tfgpu.train.tuning import result
 from tfgpu.train.tuning.result import Tuning
-from tfgpu.train.tuning.tuner import DoesNotFit, Tuner, first_line
+from tfgpu.train.tuning.tuner import DoesNotFit, Tuner, boxed, first_line
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,9 @@ class Session:
         with execution.restored(self.setup.model):
             _, chosen, gains = tuner.run()
         notes = ([why] if why else []) + tuner.notes
-        found = Tuning(time.perf_counter() - started, chosen, gains, tuner.trials, notes)
+        found = Tuning(
+            time.perf_counter() - started, chosen, gains, tuner.trials, notes, xla_compile_s=tuner.compile_s
+        )
         return found, tuner.too_short is None
 
     # -- the tuner's measurements (``tuner.Measures``), on the setup each configuration trains in --
@@ -117,6 +119,22 @@ class Session:
         except tf.errors.ResourceExhaustedError as exc:
             raise DoesNotFit(first_line(exc)) from None
         return found, loss
+
+    def first_call_s(self, config: Config, *, box_s: float) -> float:
+        """Seconds ``config``'s first call takes past a steady call, its tracing not counted
+        (``tuner.Measures``: XLA's compile, and the graph's optimizations). Traced here, then the first call is made in a thread
+        given ``box_s`` (``CompileTimeout`` past it: a compile that never ends, as XLA's on a GPU
+        without its PTX compiler, is left behind), then a steady call timed alone."""
+        setup = self.setup_for(config)
+        held = self.max_steps(config)
+        known = setup.train.counted and held is not None and held >= 2 * config.steps_per_execution
+        execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile, known=known)
+        iterator = setup.train.trial_iterator(result.input_options() if config.input else None)
+        k = config.steps_per_execution
+        execution.traced(execute, iterator, per_call=k)
+        first, _, _ = boxed(lambda: execution.timed(execute, iterator, steps=k, per_call=k), box_s)
+        steady, _, _ = execution.timed(execute, iterator, steps=k, per_call=k)
+        return max(0.0, first - steady)
 
     def model(self, config: Config) -> Any:
         return self.setup_for(config).model

@@ -31,21 +31,56 @@ MIN_MEASUREMENT_S = 0.1  # a shorter measurement is noise on these machines: not
 CALIBRATION_SHARE = 1 / 32  # the calibration's steps, at most this share of the run's
 
 
+XLA_BOX_SHARE = 0.5  # XLA's first compile may take at most this share of the tuning budget
+
+
 class DoesNotFit(Exception):
     """A trial configuration ran out of device memory (``Measures.rate`` raises it)."""
+
+
+class CompileTimeout(Exception):
+    """A first call that did not end in its time box (``Measures.first_call_s`` raises it)."""
+
+
+def boxed(call: Callable[[], Any], box_s: float) -> Any:
+    """``call()``'s result, run in a thread given ``box_s`` seconds; ``CompileTimeout`` past
+    them. The thread is left to end by itself (a daemon): TensorFlow cannot stop a compile."""
+    import threading
+
+    done: list[Any] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(call())
+        except BaseException as error:  # raised again in the caller's thread
+            failed.append(error)
+
+    thread = threading.Thread(target=run, name="tfgpu-xla-compile", daemon=True)
+    thread.start()
+    thread.join(None if math.isinf(box_s) else box_s)
+    if thread.is_alive():
+        raise CompileTimeout(f"not done in {box_s:.3g} s")
+    if failed:
+        raise failed[0]
+    return done[0]
 
 
 class Measures(Protocol):
     """What the tuner needs of a run: ``rate(config, steps)`` times ``steps`` steps of
     ``config`` (examples/s and the last call's loss; ``DoesNotFit`` out of device memory),
     ``max_steps(config)`` the steps one pass of its data gives (None: unbounded),
-    ``model(config)`` the model it trains (None: the run's), and ``examples_per_step`` the last
-    measurement's rows a step (a Dataset's own batch; None before one). ``tuning.session``
-    implements it on the run itself, through ``execution.rate``; the tests, on a fake clock."""
+    ``model(config)`` the model it trains (None: the run's), ``first_call_s(config, box_s=...)``
+    the seconds its first call spends past a steady one, tracing aside (``CompileTimeout`` past
+    ``box_s``; XLA's compile is the candidate's less the default's), and ``examples_per_step`` the last measurement's rows a step (a Dataset's own
+    batch; None before one). ``tuning.session`` implements it on the run itself, through
+    ``execution.rate``; the tests, on a fake clock."""
 
     examples_per_step: float | None
 
     def rate(self, config: Config, steps: int) -> tuple[float, float]: ...
+
+    def first_call_s(self, config: Config, *, box_s: float) -> float: ...
 
     def max_steps(self, config: Config) -> int | None: ...
 
@@ -125,6 +160,10 @@ class Tuner:
         self.notes: list[str] = []
         self.examples, self.round_s, self.per_step = float(batch), 0.0, float(batch)
         self.too_short: str | None = None  # why the run is not tuned at all (``calibrate``)
+        self.estimated_s: float | None = None  # the run's steps at the default's rate (``calibrate``)
+        self.budget_s = budget(options, estimated_run_s=None)  # until ``calibrate`` knows the run
+        self.compile_s: float | None = None  # XLA's first compile, when it was tried
+        self.default_first_s = 0.0  # the default's first call past a steady one (``calibrate``)
 
     def calibrate(self) -> None:
         """Examples per measurement: the budget over the measurements to come. The default is
@@ -134,12 +173,17 @@ class Tuner:
         probe = k_default
         if self.run_steps:
             probe = max(1, min(k_default, int(self.run_steps * CALIBRATION_SHARE)))
-        rate, _ = self.bench.rate(dataclasses.replace(self.default, steps_per_execution=probe), probe)
+        probed = dataclasses.replace(self.default, steps_per_execution=probe)
+        # the run's step made ready (graph optimizations, no XLA) as XLA's candidate will be: what
+        # that costs past a steady call is not XLA's compile (``_xla``)
+        self.default_first_s = self.bench.first_call_s(probed, box_s=math.inf)
+        rate, _ = self.bench.rate(probed, probe)
         rate = max(rate, 1e-9)
         # a Dataset's batches are its own (the Trainer's batch is 1 there): steps are sized by
         # the examples a step was measured to take, else a measurement ran 32x too long
         self.per_step = float(self.bench.examples_per_step or self.batch)
         estimated = self.run_steps * self.per_step / rate if self.run_steps else None
+        self.estimated_s = estimated
         self.budget_s = budget(self.options, estimated_run_s=estimated)
         knobs = self.options.knobs
         rungs = sum(k > k_default for k in STEPS) if self._tunes_steps() else 0
@@ -315,16 +359,57 @@ class Tuner:
         return best, gain
 
     def _xla(self, base: Config) -> tuple[Config, float | None]:
+        """XLA when its steps are faster, its loss agrees and it pays back its compile over the
+        run. Its first compile is timed (tracing aside) in a box of ``XLA_BOX_SHARE`` of the
+        budget: one that does not end there is dropped and said, as is one the run's steps
+        would not win back (a second run with XLA's persistent cache compiles nothing)."""
         if "jit_compile" in self.refused:
             self.notes.append(f"XLA not tried: {self.refused['jit_compile']}")
             return base, None
         candidate = dataclasses.replace(base, jit_compile=True)
+        box_s = XLA_BOX_SHARE * self.budget_s
         try:
-            self.bench.rate(candidate, candidate.steps_per_execution)
+            first_s = self.bench.first_call_s(candidate, box_s=box_s)
+        except CompileTimeout:
+            self.notes.append(
+                f"XLA dropped: its compile did not end in {box_s:.3g} s, half the tuning budget"
+            )
+            return base, None
+        except DoesNotFit:
+            self.notes.append("XLA dropped: its step does not fit in device memory")
+            return base, None
         except Exception as exc:  # XLA refuses the model: say which op, keep the step as it is
             self.notes.append(f"XLA cannot compile this step ({first_line(exc)})")
             return base, None
-        return self._checked("jit_compile", base, candidate, rtol=LOSS_RTOL, what="XLA")
+        self.compile_s = max(0.0, first_s - self.default_first_s)
+        if self.compile_s > box_s:
+            self.notes.append(
+                f"XLA dropped: its compile took {self.compile_s:.1f} s, over half the tuning budget"
+            )
+            return base, None
+        chosen, gain = self._checked("jit_compile", base, candidate, rtol=LOSS_RTOL, what="XLA")
+        if chosen is candidate and not self._pays_back(gain):
+            return base, gain
+        return chosen, gain
+
+    def _pays_back(self, gain: float) -> bool:
+        """Whether XLA's steps, ``gain`` times faster, win back its compile over the run (its
+        length unknown: taken as long enough); said either way."""
+        compile_s = self.compile_s or 0.0
+        if self.estimated_s is None:
+            self.notes.append(f"XLA compiled in {compile_s:.1f} s")
+            return True
+        saved = self.estimated_s * (1.0 - 1.0 / gain)
+        if compile_s >= saved:
+            self.notes.append(
+                f"XLA dropped: {gain:.2f}x faster, but its compile ({compile_s:.1f} s) is more than "
+                f"it saves over this run (about {saved:.1f} s)"
+            )
+            return False
+        self.notes.append(
+            f"XLA compiled in {compile_s:.1f} s, won back in the run's first {compile_s / (1 - 1 / gain):.0f} s"
+        )
+        return True
 
     def _precision(self, base: Config) -> tuple[Config, float | None]:
         if "precision" in self.refused:
