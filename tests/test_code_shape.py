@@ -183,6 +183,7 @@ def test_every_module_says_what_it_holds():
 # (module relative to train/, function) -> why. Anything else is a record: make it a dataclass.
 KEYED_READS = {
     ("checkpoints.py", "history_kept"): "the history file beside the checkpoints (JSON edge)",
+    ("checkpoints.py", "shape_kept"): "the run's shape in the same file (JSON edge)",
     ("execution.py", "_finite"): "Keras's logs, by metric name",
     ("execution.py", "rate"): "Keras's logs, by metric name",
     ("windows.py", "loss"): "Keras's logs, by metric name",
