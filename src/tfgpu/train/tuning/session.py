@@ -6,9 +6,11 @@ model copies only while it lives."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tfgpu import choices
@@ -22,6 +24,17 @@ from tfgpu.train.tuning.tuner import DoesNotFit, Tuner, boxed, first_line
 log = logging.getLogger(__name__)
 
 SetupKey = tuple[int, int, str | None]  # (global batch, replicas, mixed policy)
+
+
+@contextlib.contextmanager
+def _out_of_memory_said() -> Iterator[None]:
+    """TensorFlow's out of device memory as the tuner's ``DoesNotFit``."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.ResourceExhaustedError as exc:
+        raise DoesNotFit(first_line(exc)) from None
 
 
 class Session:
@@ -99,42 +112,38 @@ class Session:
         """(examples/s, the last call's loss) of ``steps`` steps of ``config``: its compiled
         step (its setup's model and strategy, XLA as it asks), as the loop runs it, from a fresh
         iterator of its input. Out of device memory: ``DoesNotFit``."""
-        import tensorflow as tf
-
-        setup = self.setup_for(config)
-        held = self.max_steps(config)
-        # the run's own loop shape where no measurement can run past the data (``execution.rate``
-        # stops a call short of one pass): the run's compiled execution, one trace for both
-        known = setup.train.counted and held is not None and held >= 2 * config.steps_per_execution
-        execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile, known=known)
-        options = result.input_options() if config.input else None
-        try:
+        execute, fresh, held = self._execution(config)
+        with _out_of_memory_said():
             found, loss, self.examples_per_step = execution.rate(
-                execute,
-                lambda: setup.train.trial_iterator(options),
-                per_call=config.steps_per_execution,
-                steps=steps,
-                max_steps=held,
+                execute, fresh, per_call=config.steps_per_execution, steps=steps, max_steps=held
             )
-        except tf.errors.ResourceExhaustedError as exc:
-            raise DoesNotFit(first_line(exc)) from None
         return found, loss
 
     def first_call_s(self, config: Config, *, box_s: float) -> float:
         """Seconds ``config``'s first call takes past a steady call, its tracing not counted
-        (``tuner.Measures``: XLA's compile, and the graph's optimizations). Traced here, then the first call is made in a thread
-        given ``box_s`` (``CompileTimeout`` past it: a compile that never ends, as XLA's on a GPU
-        without its PTX compiler, is left behind), then a steady call timed alone."""
+        (``tuner.Measures``: XLA's compile, and the graph's optimizations). Traced here, then
+        the first call is made in a thread given ``box_s`` (``CompileTimeout`` past it: a
+        compile that never ends, as XLA's on a GPU without its PTX compiler, is left behind),
+        then a steady call timed alone."""
+        execute, fresh, _ = self._execution(config)
+        iterator, k = fresh(), config.steps_per_execution
+        execution.traced(execute, iterator, per_call=k)
+        with _out_of_memory_said():
+            first, _, _ = boxed(lambda: execution.timed(execute, iterator, steps=k, per_call=k), box_s)
+            steady, _, _ = execution.timed(execute, iterator, steps=k, per_call=k)
+        return max(0.0, first - steady)
+
+    def _execution(self, config: Config) -> tuple[Any, Any, int | None]:
+        """``config``'s compiled execution, a maker of fresh iterators of its input, and the
+        steps one pass of it holds. The run's own loop shape where no measurement can run past
+        the data (``execution.rate`` stops a call short of one pass): the run's compiled
+        execution, one trace for both."""
         setup = self.setup_for(config)
         held = self.max_steps(config)
         known = setup.train.counted and held is not None and held >= 2 * config.steps_per_execution
         execute = execution.compiled(setup.model, setup.strategy, jit_compile=config.jit_compile, known=known)
-        iterator = setup.train.trial_iterator(result.input_options() if config.input else None)
-        k = config.steps_per_execution
-        execution.traced(execute, iterator, per_call=k)
-        first, _, _ = boxed(lambda: execution.timed(execute, iterator, steps=k, per_call=k), box_s)
-        steady, _, _ = execution.timed(execute, iterator, steps=k, per_call=k)
-        return max(0.0, first - steady)
+        options = result.input_options() if config.input else None
+        return execute, lambda: setup.train.trial_iterator(options), held
 
     def model(self, config: Config) -> Any:
         return self.setup_for(config).model
