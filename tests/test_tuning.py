@@ -1066,12 +1066,13 @@ def test_a_tuning_s_variants_share_the_run_s_converted_arrays(tmp_path, monkeypa
 @pytest.mark.process
 def test_a_second_run_loads_xla_s_compile_from_tfgpu_s_cache(tmp_path):
     """Two processes tune the same conv net with XLA (tests/scripts/xla_cache.py), sharing
-    tfgpu's cache: the first compiles and keeps the executable, the second loads it. Measured
-    here: 1.17 s then 0.12 s of compile, tracing and the graph's own optimizations aside."""
+    tfgpu's cache: the first compiles and keeps the executable, the second loads it (TensorFlow
+    says so in an error line on each XLA:CPU load). The seconds saved (1.17 s of compile, then
+    0.12 s, on an idle machine) are docs/tuning.md's: a figure under load is not a test's."""
     script = Path(__file__).parent / "scripts" / "xla_cache.py"
-    env = {**os.environ, "TFGPU_CACHE_DIR": str(tmp_path / "cache"), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "TFGPU_CACHE_DIR": str(tmp_path / "cache"), "TF_CPP_MIN_LOG_LEVEL": "2"}
     env.pop("TF_XLA_FLAGS", None)
-    runs = []
+    runs, loads = [], []
     for i in (1, 2):
         done = subprocess.run(
             [sys.executable, str(script), str(tmp_path / f"log{i}")],
@@ -1082,7 +1083,8 @@ def test_a_second_run_loads_xla_s_compile_from_tfgpu_s_cache(tmp_path):
         )
         assert done.returncode == 0, done.stderr[-3000:]
         runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        loads.append(done.stderr.count("Loading XLA:CPU AOT result"))
     first, second = runs
     assert [name.endswith("XLA_CPU_JIT.pb") for name in first["files"]] == [True]
-    assert second["files"] == first["files"]  # loaded, not compiled again
-    assert first["compile_s"] > 0.3 and second["compile_s"] <= first["compile_s"] / 5, runs
+    assert second["files"] == first["files"]  # nothing new compiled
+    assert loads[1] >= 1, (loads, runs)  # the second run loaded the first's executable
