@@ -39,13 +39,12 @@ sys.path.insert(0, str(SCRIPT.parent))
 import ray_fit  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    out = tmp_path_factory.mktemp("ray")
+def _ran(script: Path, *args: str) -> str:
+    """``script`` with ``args`` in a Python of its own, which must succeed: what it printed."""
     env = {**os.environ, "RAY_DEDUP_LOGS": "0"}  # every worker's lines, not Ray's "repeated 2x"
     env.pop("TFGPU_LOGICAL_CPUS", None)
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(out)],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=CEILING_S,
@@ -53,7 +52,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
-    return out, output
+    return output
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    out = tmp_path_factory.mktemp("ray")
+    return out, _ran(SCRIPT, str(out))
 
 
 def _worker(out: Path, name: str, rank: int) -> dict:
@@ -181,18 +186,7 @@ def elastic(
     view of the nodes is kept by a detached actor that outlives one run)."""
     mode = request.param
     out = tmp_path_factory.mktemp(f"ray-{mode}")
-    env = {**os.environ, "RAY_DEDUP_LOGS": "0"}
-    env.pop("TFGPU_LOGICAL_CPUS", None)
-    done = subprocess.run(
-        [sys.executable, str(ELASTIC), str(out), mode],
-        capture_output=True,
-        text=True,
-        timeout=CEILING_S,
-        env=env,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output[-6000:]
-    return mode, out, output
+    return mode, out, _ran(ELASTIC, str(out), mode)
 
 
 @pytest.mark.slow

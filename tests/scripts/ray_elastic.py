@@ -1,10 +1,11 @@
-"""tfgpu.fit under Ray Train's elastic worker group: the group shrinks, then grows, mid-run.
+"""tfgpu.fit under Ray Train's elastic worker group: the group shrinks or grows mid-run.
 
-Usage: ray_elastic.py OUT
+Usage: ray_elastic.py OUT shrink|grow
 
 A local Ray cluster of one-CPU nodes (``ray.cluster_utils.Cluster``), each worker asking for one
 CPU, and ``ScalingConfig(num_workers=(1, 2))``; tfgpu.ray.ReportCheckpointCallback(save_freq=5)
-hands checkpoints to Ray. Two runs (tests/test_ray.py compares them with one device):
+hands checkpoints to Ray. One run per process, each on a cluster of its own (tests/test_ray.py
+compares them with one device):
 
 - ``shrink``: two nodes, so two workers. At step 12 of the first attempt, once Ray has registered
   the checkpoints of steps 5 and 10, rank 0 writes a marker and the driver removes the second
@@ -14,7 +15,8 @@ hands checkpoints to Ray. Two runs (tests/test_ray.py compares them with one dev
   monitor (every second here) restarts the group with 2, resumed from the latest checkpoint.
 
 The worker that waits for the driver waits for an event it can see (its group stopped), with a
-ceiling only a hang reaches. Each worker prints "worker RANK of SIZE pid PID attempt N" first.
+ceiling only a hang reaches. Each worker prints "worker RANK of SIZE pid PID (RUN)" first, and
+adds "RANK/SIZE" to OUT/RUN-groups.
 """
 
 import json
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ray_fit import BATCH, EPOCHS, _registered, model, rows, weights
+from ray_fit import _registered, fit_with_ray_checkpoints, weights
 
 CHANGE_AT = 12  # the step (of 32) at which the cluster changes: mid-epoch, past two checkpoints
 CEILING_S = 300.0  # only a hang reaches it
@@ -40,9 +42,6 @@ def _hello(out: str, name: str, rank: int, size: int) -> None:
 def on_worker(config: dict) -> None:
     import keras
     import ray.train
-
-    import tfgpu
-    import tfgpu.ray
 
     context = ray.train.get_context()
     rank, size, name, out = context.get_world_rank(), context.get_world_size(), config["name"], config["out"]
@@ -63,13 +62,7 @@ def on_worker(config: dict) -> None:
                 time.sleep(0.2)
             os._exit(3)
 
-    x, y = rows()
-    made = model()
-    report = tfgpu.ray.ReportCheckpointCallback(save_freq=5)
-    print(f"worker {rank} of {size} resumes from {report.resumed_from}", flush=True)
-    history = tfgpu.fit(
-        made, x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, callbacks=[report, Changes()]
-    )
+    made, history = fit_with_ray_checkpoints(Changes(), who=f"worker {rank} of {size}")
     found = {"weights": weights(made), "history": history.history, "size": size}
     found["iterations"] = int(made.optimizer.iterations.numpy())
     with open(os.path.join(out, f"{name}-{rank}.json"), "w") as handle:

@@ -118,9 +118,6 @@ def _registered(experiment: str, *, wanted: int, ceiling_s: float = 120.0) -> in
 def on_killed(config: dict) -> None:
     import keras
 
-    import tfgpu
-    import tfgpu.ray
-
     rank = _hello("killed", config["out"])
     attempts = Path(config["out"], f"killed-{rank}-attempts").read_text()
 
@@ -136,14 +133,23 @@ def on_killed(config: dict) -> None:
                 print(f"worker 1 dies at step {self.step} ({registered} checkpoints kept)", flush=True)
                 os._exit(1)
 
+    made, history = fit_with_ray_checkpoints(Dies(), who=f"worker {rank}")
+    _save(config["out"], "killed", rank, made, history)
+
+
+def fit_with_ray_checkpoints(also, *, who: str):
+    """tfgpu.fit of the arrays, with tfgpu.ray.ReportCheckpointCallback(save_freq=5) and
+    ``also`` (the callback that ends this attempt); says where it resumes from. The model and
+    its History."""
+    import tfgpu
+    import tfgpu.ray
+
     x, y = rows()
     made = model()
     report = tfgpu.ray.ReportCheckpointCallback(save_freq=5)
-    print(f"worker {rank} resumes from {report.resumed_from}", flush=True)
-    history = tfgpu.fit(
-        made, x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, callbacks=[report, Dies()]
-    )
-    _save(config["out"], "killed", rank, made, history)
+    print(f"{who} resumes from {report.resumed_from}", flush=True)
+    history = tfgpu.fit(made, x, y, batch_size=BATCH, epochs=EPOCHS, shuffle=False, callbacks=[report, also])
+    return made, history
 
 
 def main(out: str) -> None:

@@ -161,7 +161,6 @@ class Tuner:
         self.examples, self.round_s, self.per_step = float(batch), 0.0, float(batch)
         self.too_short: str | None = None  # why the run is not tuned at all (``calibrate``)
         self.estimated_s: float | None = None  # the run's steps at the default's rate (``calibrate``)
-        self.budget_s = budget(options, estimated_run_s=None)  # until ``calibrate`` knows the run
         self.compile_s: float | None = None  # XLA's first compile, when it was tried
         self.default_first_s = 0.0  # the default's first call past a steady one (``calibrate``)
 
@@ -174,22 +173,22 @@ class Tuner:
         if self.run_steps:
             probe = max(1, min(k_default, int(self.run_steps * CALIBRATION_SHARE)))
         probed = dataclasses.replace(self.default, steps_per_execution=probe)
-        # the run's step made ready (graph optimizations, no XLA) as XLA's candidate will be: what
-        # that costs past a steady call is not XLA's compile (``_xla``)
-        self.default_first_s = self.bench.first_call_s(probed, box_s=math.inf)
+        if self._tries_xla():
+            # the run's step made ready (graph optimizations, no XLA) as XLA's candidate will
+            # be: what that costs past a steady call is not XLA's compile (``_xla``)
+            self.default_first_s = self.bench.first_call_s(probed, box_s=math.inf)
         rate, _ = self.bench.rate(probed, probe)
         rate = max(rate, 1e-9)
         # a Dataset's batches are its own (the Trainer's batch is 1 there): steps are sized by
         # the examples a step was measured to take, else a measurement ran 32x too long
         self.per_step = float(self.bench.examples_per_step or self.batch)
-        estimated = self.run_steps * self.per_step / rate if self.run_steps else None
-        self.estimated_s = estimated
-        self.budget_s = budget(self.options, estimated_run_s=estimated)
+        self.estimated_s = self.run_steps * self.per_step / rate if self.run_steps else None
+        self.budget_s = budget(self.options, estimated_run_s=self.estimated_s)
         knobs = self.options.knobs
         rungs = sum(k > k_default for k in STEPS) if self._tunes_steps() else 0
         trials = rungs + 3 + ("precision" in knobs) + ("devices" in knobs) + 4 * ("batch_size" in knobs)
         self.examples = max(self.per_step, 0.8 * self.budget_s * rate / (2 * ROUNDS * trials))
-        self.too_short = self._too_short(estimated, rate)
+        self.too_short = self._too_short(self.estimated_s, rate)
 
     def _too_short(self, estimated_s: float | None, rate: float) -> str | None:
         """Why no trial can pay for itself, or None: the cheapest choice (one comparison and
@@ -203,6 +202,14 @@ class Tuner:
         return (
             f"the fit is too short to win back a trial (about {estimated_s:.1f} s of "
             f"steps; the cheapest choice costs {cheapest:.1f} s)"
+        )
+
+    def _tries_xla(self) -> bool:
+        """Whether XLA is a candidate here (``_xla`` says why not, where it is refused)."""
+        return (
+            "jit_compile" in self.options.knobs
+            and "jit_compile" not in self.refused
+            and not self.default.jit_compile
         )
 
     def _tunes_steps(self) -> bool:
