@@ -82,3 +82,10 @@ def test_unknown_tfgpu_variables_are_found():
     assert env.unknown_variables({"TFGPU_MEMORY_GROWHT": "1", "TFGPU_SEED": "1", "PATH": "/"}) == [
         "TFGPU_MEMORY_GROWHT"
     ]
+
+
+@pytest.mark.parametrize("name", ["memory_growth", "xla", "xla_cache", "deterministic"])
+def test_a_switch_given_as_anything_but_a_bool_is_said(name):
+    with pytest.raises(ConfigError, match=f"{name} must be True or False") as raised:
+        RuntimeConfig(**{name: "no"})
+    assert raised.value.value == "no"

@@ -83,6 +83,8 @@ class RuntimeConfig:
             )
         _check_choice("precision", self.precision, PRECISIONS)
         _check_choice("allocator", self.allocator, ALLOCATORS)
+        for name in ("memory_growth", "xla", "xla_cache", "deterministic"):
+            _check_bool(name, getattr(self, name))
 
     @property
     def memory_cap_requested(self) -> bool:
@@ -131,6 +133,16 @@ def _check_positive(name: str, value: int | None, *, minimum: int) -> None:
             f"{name} must be a whole number >= {minimum}",
             value=value,
             fix=f"pass {name}={max(minimum, 1)} or more, or leave it unset",
+        )
+
+
+def _check_bool(name: str, value: object) -> None:
+    """A switch is True, False or None: a string such as "no" would read as on."""
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(
+            f"{name} must be True or False",
+            value=value,
+            fix=f"pass {name}=True, {name}=False, or leave it unset",
         )
 
 
