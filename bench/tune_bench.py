@@ -133,7 +133,7 @@ def trainer_for(model: Any, data: Any, batch: int | None) -> Any:
         batch_size=batch or 1,
         shuffle=False,
     )
-    from tfgpu.train.model import owner
+    from tfgpu.train.placement import owner
 
     return Trainer(task, strategy=owner(model) or tf.distribute.get_strategy(), monitor_gpus=False)
 
