@@ -89,3 +89,13 @@ def test_a_switch_given_as_anything_but_a_bool_is_said(name):
     with pytest.raises(ConfigError, match=f"{name} must be True or False") as raised:
         RuntimeConfig(**{name: "no"})
     assert raised.value.value == "no"
+
+
+def test_tfgpu_xla_cache_turns_xla_s_persistent_cache_off_or_on():
+    assert RuntimeConfig.from_sources(explicit={}, environ={"TFGPU_XLA_CACHE": "0"}).xla_cache is False
+    assert RuntimeConfig.from_sources(explicit={}, environ={"TFGPU_XLA_CACHE": "on"}).xla_cache is True
+    assert RuntimeConfig.from_sources(
+        explicit={"xla_cache": True}, environ={"TFGPU_XLA_CACHE": "0"}
+    ).xla_cache
+    with pytest.raises(ConfigError, match="TFGPU_XLA_CACHE cannot be read"):
+        RuntimeConfig.from_sources(explicit={}, environ={"TFGPU_XLA_CACHE": "maybe"})
