@@ -274,7 +274,6 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "losses",
                 "model_cache",
                 "options",
-                "overrides",  # a model's own fit / evaluate / predict
                 "remat",
                 "sources",  # what the data is, looked at once
                 "task",

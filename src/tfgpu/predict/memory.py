@@ -43,13 +43,14 @@ def predict_arrays(
     import numpy as np
     import tensorflow as tf
 
-    from tfgpu.train import overrides, split
+    from tfgpu.train import model as model_setup
+    from tfgpu.train import split
     from tfgpu.train.evaluation import evaluation_strategy
     from tfgpu.train.execution import bounded
     from tfgpu.train.options import Placement
 
-    if overrides.override(model, "predict"):  # the user's own predict: its result, as theirs
-        return overrides.called(
+    if model_setup.override(model, "predict"):  # the user's own predict: its result, as theirs
+        return model_setup.called(
             model, "predict", x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
         )
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from tfgpu import distribute
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import keras_args, overrides, placement, sources, split
+from tfgpu.train import keras_args, placement, sources, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
@@ -105,8 +105,7 @@ def fit(
     """
     from tfgpu.train.trainer import Trainer
 
-    overrides.refuse_fit(model)
-    model_setup.check_compiled(model, call="tfgpu.fit")
+    model_setup.accepted(model, call="tfgpu.fit")
     acting, per_batch = keras_args.acting(model, steps_per_execution, callbacks)
     options = TrainOptions.of(
         tune=tune,
@@ -126,7 +125,7 @@ def fit(
         micro_batches=micro_batches,
     )
     placement.build_for_data(model, x)  # as Keras's fit builds it at its first batch
-    strategy, trained, replicas = _placed(model, strategy, options)
+    placed, strategy, trained, replicas = _placed(model, strategy, options)
     train = sources.of(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
     validation = None if validation_data is None else sources.validation(validation_data, model=trained)
     keras_args.check_auto_batch(batch_size, train)
@@ -143,7 +142,7 @@ def fit(
         validation_split=validation_split,
     )
     keras_args.check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
-    trainer = Trainer(task, strategy=strategy, options=options)
+    trainer = Trainer(task, strategy=strategy, placed=placed, options=options)
     keras_args.say_per_batch(acting, per_batch, trained)
     result = trainer.fit(
         epochs=epochs,
@@ -155,14 +154,14 @@ def fit(
     return _history(model, trainer.model, result)
 
 
-def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any, int]:
-    """(strategy or None, the model that trains, replicas): a split is placed by the Trainer's
-    setup, which chooses its strategy; otherwise the model is placed here (``placement.place``)."""
+def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any, Any, int]:
+    """(the Placement or None, strategy or None, the model that trains, replicas): a split is
+    placed by the Trainer's setup, which chooses its strategy; otherwise the model is placed here
+    (``placement.place``), once: the Trainer takes the decision as it is."""
     if options.placement.splits:
-        return strategy, model, split.replicas(options.placement, strategy=strategy)
+        return None, strategy, model, split.replicas(options.placement, strategy=strategy)
     placed = placement.place(model, strategy, choose=distribute.strategy)
-    strategy, trained = placed.strategy, placed.model
-    return strategy, trained, int(strategy.num_replicas_in_sync)
+    return placed, placed.strategy, placed.model, int(placed.strategy.num_replicas_in_sync)
 
 
 def _history(model: Any, trained: Any, result: Any) -> Any:
@@ -199,8 +198,8 @@ def evaluate(
     """
     from tfgpu.train import evaluation
 
-    if overrides.override(model, "evaluate"):  # the user's own evaluate: its result, as theirs
-        return overrides.called(
+    if model_setup.override(model, "evaluate"):  # the user's own evaluate: its result, as theirs
+        return model_setup.called(
             model,
             "evaluate",
             *((x,) if y is None else (x, y)),
@@ -211,7 +210,7 @@ def evaluate(
             callbacks=callbacks,
             return_dict=return_dict,
         )
-    model_setup.check_compiled(model, call="tfgpu.evaluate")
+    model_setup.accepted(model, call="tfgpu.evaluate")
     where = placement.place(model, strategy, choose=distribute.strategy)
     strategy, placed = where.strategy, where.model
     data = sources.of(x, y, sample_weight, role="x", model=placed)

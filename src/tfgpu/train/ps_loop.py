@@ -9,7 +9,6 @@ from typing import Any
 from tfgpu import choices
 from tfgpu.errors import ConfigError
 from tfgpu.train import execution, inputs
-from tfgpu.train import model as model_setup
 from tfgpu.train.loop import Loop, Validation
 from tfgpu.train.result import TrainResult
 from tfgpu.train.windows import Window
@@ -37,7 +36,7 @@ class ParameterServerLoop(Loop):
             return strategy.distribute_datasets_from_function(lambda ctx: make(ctx).repeat())
 
         iterators = iter(coordinator.create_per_worker_dataset(per_worker))
-        model_setup.atomic_counters(self.model)  # executions run side by side on the workers
+        _atomic_counters(self.model)  # executions run side by side on the workers
         execute = execution.compiled(setup.model, setup.strategy, jit_compile=self.options.jit_compile)
         workers = len(setup.cluster.cluster.get("worker", ())) if setup.cluster else 1
         choices.announce()
@@ -73,3 +72,33 @@ class ParameterServerLoop(Loop):
                 fix="pass steps=N, or set Task.steps_per_epoch",
             )
         return per_epoch * int(epochs or 1)
+
+
+def _atomic_counters(model: Any) -> int:
+    """Make the model's metric variables and the optimizer's step counter add atomically.
+
+    Keras adds with a read then an assign (``KerasVariable.assign_add``); under
+    ParameterServerStrategy, steps scheduled side by side on several workers then lose updates
+    (measured: 50 ``optimizer.iterations`` for 60 steps on 2 workers, and metric counts short the
+    same way). TensorFlow's own ``assign_add`` is one op on the parameter server, so these
+    variables get it instead. Returns how many were changed.
+    """
+    import tensorflow as tf
+
+    variables = [*model.metrics_variables]
+    if model.optimizer is not None:
+        variables.append(model.optimizer.iterations)
+    for variable in variables:
+        inner = getattr(variable, "_value", None)
+        if inner is None:  # not a Keras TF-backend variable: leave it
+            continue
+
+        def add(value: Any, inner: Any = inner) -> Any:
+            return inner.assign_add(tf.cast(value, inner.dtype))
+
+        def sub(value: Any, inner: Any = inner) -> Any:
+            return inner.assign_sub(tf.cast(value, inner.dtype))
+
+        object.__setattr__(variable, "assign_add", add)
+        object.__setattr__(variable, "assign_sub", sub)
+    return len(variables)

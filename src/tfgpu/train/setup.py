@@ -1,5 +1,7 @@
 """A run's setup: the model as it trains, the strategy, the inputs and the global batch, built
-once from a Task, a strategy and a ``Placement`` (the compiled step is ``execution.compiled``'s).
+once from a Task and where its model runs: a ``placement.Placement`` decided already
+(``tfgpu.fit``'s, a tuning variant's), or the Task's model made in the strategy's scope, or a split
+(``options.Placement``). The compiled step is ``execution.compiled``'s.
 
 The loop (``train.loop``) runs over a setup and the tuning session (``train.tuning.session``)
 measures setups of other configurations (``Setup.variant``); neither builds a model or an input
@@ -20,6 +22,7 @@ from tfgpu.train import building, inputs, sources, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.evaluation import input_for
 from tfgpu.train.options import Placement
+from tfgpu.train.placement import Placement as Placed
 from tfgpu.train.placement import build_for_data, copy_in, fits_strategy, owner
 from tfgpu.train.task import Task
 
@@ -44,21 +47,17 @@ class Setup:
         *,
         strategy: Any = None,
         placement: Placement | None = None,
+        placed: Placed | None = None,
         record: bool = True,
         converted: tuple[Any, int] | None = None,
     ) -> Setup:
         """The setup of ``task`` under ``strategy`` (default ``tfgpu.strategy()``); a split
-        ``placement`` chooses the strategy itself. ``record``: say the run's choices (a tuning
-        variant's setup says none); ``converted``: the training arrays as another setup holds
-        them (``Input.converted``), not converted again."""
-        placement = placement or Placement()
-        if placement.splits:
-            strategy, model = _split_model(task, strategy=strategy, placement=placement)
-        else:
-            strategy = strategy if strategy is not None else distribute.strategy()
-            with strategy.scope():
-                model = model_setup.from_task(task)
-        _check_owner(model, strategy)
+        ``placement`` chooses the strategy itself; ``placed``: the model and its strategy decided
+        already (``placement.place``: checked there, not again; ``Task.model`` is not called).
+        ``record``: say the run's choices (a tuning variant's setup says none); ``converted``:
+        the training arrays as another setup holds them (``Input.converted``), not converted
+        again."""
+        strategy, model = (placed.strategy, placed.model) if placed else _placed(task, strategy, placement)
         spec = distribute.cluster_of(strategy)
         feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
         global_batch = task.batch_size * int(strategy.num_replicas_in_sync)
@@ -197,11 +196,12 @@ class Setup:
             metrics=(),
             batch_size=batch // int(strategy.num_replicas_in_sync),
         )
+        placed = Placed(strategy, model)  # this run's model or a copy_for: placed already
         converted = self.train.converted  # the arrays stay converted once a fit
         if record:
-            return Setup.build(task, strategy=strategy, converted=converted)
+            return Setup.build(task, placed=placed, converted=converted)
         with choices.unchanged():
-            return Setup.build(task, strategy=strategy, record=False, converted=converted)
+            return Setup.build(task, placed=placed, record=False, converted=converted)
 
     def precision_for(self) -> tuple[str, str | None]:
         """(the mixed policy to try, why it cannot be tried here: None when it can): bf16 on GPUs
@@ -244,6 +244,20 @@ def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None
     )
     if isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):
         choices.record("loss_scaling", "dynamic", "fp16 needs it (Keras's LossScaleOptimizer)")
+
+
+def _placed(task: Task, strategy: Any, placement: Placement | None) -> tuple[Any, Any]:
+    """(strategy, model) for a Task whose model no one placed: a split's, or the Task's model
+    made in the scope of ``strategy`` (default ``tfgpu.strategy()``), checked to fit it."""
+    placement = placement or Placement()
+    if placement.splits:
+        strategy, model = _split_model(task, strategy=strategy, placement=placement)
+    else:
+        strategy = strategy if strategy is not None else distribute.strategy()
+        with strategy.scope():
+            model = model_setup.from_task(task)
+    _check_owner(model, strategy)
+    return strategy, model
 
 
 def _check_owner(model: Any, strategy: Any) -> None:

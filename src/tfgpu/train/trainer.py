@@ -41,7 +41,9 @@ class Trainer:
     ``options`` (a ``TrainOptions``) says how; any of its fields can also be given as a keyword,
     the placement's included (``Trainer(task, steps_per_execution=8, checkpoint_dir="ck",
     remat=True, devices_per_replica=2)``). ``on_progress`` is called with a ``Progress`` once per
-    log window, on the chief only.
+    log window, on the chief only. ``placed``: a model placed already (``placement.place``, as
+    ``tfgpu.fit`` places the user's model) trains as it is, under its strategy; ``Task.model``
+    is then not called.
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Trainer:
         task: Task,
         *,
         strategy: Any = None,
+        placed: placement.Placement | None = None,
         options: TrainOptions | None = None,
         on_progress: Callable[[Progress], None] | None = None,
         **overrides: Any,
@@ -62,7 +65,7 @@ class Trainer:
             options = callback_setup.backup_options(options, self.backup)
         self.task = task
         self.on_progress = on_progress
-        self.setup = Setup.build(task, strategy=strategy, placement=options.placement)
+        self.setup = Setup.build(task, strategy=strategy, placement=options.placement, placed=placed)
         if options.jit_compile is None:
             options = dataclasses.replace(options, jit_compile=self._compiled_xla())
         if options.jit_compile and self.setup.xla_refused():
