@@ -208,7 +208,7 @@ class ModelDevice:
         the strategy's replicas (inside ``session``)."""
         import tensorflow as tf
 
-        from tfgpu.train.execution import bounded
+        from tfgpu.train.inputs import bounded
 
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -46,7 +46,7 @@ def predict_arrays(
     from tfgpu.train import model as model_setup
     from tfgpu.train import split
     from tfgpu.train.evaluation import evaluation_strategy
-    from tfgpu.train.execution import bounded
+    from tfgpu.train.inputs import bounded
     from tfgpu.train.options import Placement
 
     if model_setup.override(model, "predict"):  # the user's own predict: its result, as theirs

@@ -667,22 +667,6 @@ def _fetch_at_top(
     return Looped(done, zero, zero, state)
 
 
-def bounded(dataset: Any) -> Any:
-    """``dataset``, never of infinite cardinality, for a distributed iterator.
-
-    A distributed iterator builds ``get_next_as_optional`` without its end-of-data check when its
-    dataset is infinite, and its type spec does not say which: a compiled loop traced with an
-    infinite dataset's iterator reuses that trace for a finite one and raises OutOfRange at its
-    end (``fit`` on ``ds.repeat()``, then on ``ds``). A ``take`` of 2**62 batches keeps one trace
-    right for both.
-    """
-    import tensorflow as tf
-
-    if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
-        return dataset.take(2**62)
-    return dataset
-
-
 def local_rows(strategy: Any, value: Any) -> Any:
     """Every local replica's rows of one (distributed) value in one tensor, in replica order:
     each replica's slice of a global batch is contiguous, so this keeps the input order."""

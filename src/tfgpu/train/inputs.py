@@ -44,7 +44,6 @@ from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.graphs import as_written
 from tfgpu.text import counted
 from tfgpu.train import sources
-from tfgpu.train.execution import bounded
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
@@ -664,3 +663,19 @@ def steps_per_epoch(source: Any, global_batch: int, replicas: int) -> int | None
         return data.load(Path(source)).total_rows // global_batch
     except TfgpuError:
         return None
+
+
+def bounded(dataset: Any) -> Any:
+    """``dataset``, never of infinite cardinality, for a distributed iterator.
+
+    A distributed iterator builds ``get_next_as_optional`` without its end-of-data check when its
+    dataset is infinite, and its type spec does not say which: a compiled loop traced with an
+    infinite dataset's iterator reuses that trace for a finite one and raises OutOfRange at its
+    end (``fit`` on ``ds.repeat()``, then on ``ds``). A ``take`` of 2**62 batches keeps one trace
+    right for both.
+    """
+    import tensorflow as tf
+
+    if dataset.cardinality() == tf.data.INFINITE_CARDINALITY:
+        return dataset.take(2**62)
+    return dataset
