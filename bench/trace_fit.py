@@ -9,7 +9,9 @@ everything (a module's import is not counted: its ``<module>`` frame is skipped)
 - each distinct path of tfgpu modules from ``keras_fit.fit`` to a call of a compiled
   ``tf.function`` (the loop's step and the tuner's trials), modules in the order first entered.
 
-Usage: python bench/trace_fit.py [--no-tune] [--json OUT]
+Usage: python bench/trace_fit.py [--no-tune] [--devices N] [--json OUT]
+``--devices 2``: the fit on 2 logical CPU devices, where ``tfgpu.fit`` moves the model (made
+outside any scope, as most code makes it) into MirroredStrategy: the walk through placement.
 Keras's own ``fit``, traced the same way over its trainer, data adapters and callbacks, entered
 12 modules and crossed 16 pairs (issue 55). That count leaves Keras's backend, ops and utils out;
 the second line printed is tfgpu's in the same scope, its training package (``tfgpu.train``),
@@ -96,8 +98,11 @@ class Tracer:
             self.pairs[(caller, module)] += 1
 
 
-def trace(*, tune: bool) -> Tracer:
+def trace(*, tune: bool, devices: int = 1) -> Tracer:
     import tfgpu
+
+    if devices > 1:
+        tfgpu.configure(logical_cpus=devices)
 
     x, y = _data()
     tfgpu.fit(_model(), x, y, epochs=1, verbose=0)  # imports everything
@@ -117,9 +122,10 @@ def trace(*, tune: bool) -> Tracer:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-tune", action="store_true", help="trace an untuned fit")
+    parser.add_argument("--devices", type=int, default=1, help="logical CPU devices (default 1)")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
-    found = trace(tune=not args.no_tune)
+    found = trace(tune=not args.no_tune, devices=args.devices)
     print(f"modules entered: {len(found.modules)}, module pairs crossed: {len(found.pairs)}")
     inside = [pair for pair in found.pairs if all(m.startswith("tfgpu.train") for m in pair)]
     print(

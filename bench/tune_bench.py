@@ -133,9 +133,9 @@ def trainer_for(model: Any, data: Any, batch: int | None) -> Any:
         batch_size=batch or 1,
         shuffle=False,
     )
-    from tfgpu.train.placement import owner
+    from tfgpu.train import placement
 
-    return Trainer(task, strategy=owner(model) or tf.distribute.get_strategy(), monitor_gpus=False)
+    return Trainer(task, placed=placement.place(model), monitor_gpus=False)
 
 
 def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[dict[str, float], float, Any]:

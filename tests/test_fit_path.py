@@ -25,6 +25,20 @@ ROOT = Path(__file__).resolve().parent.parent
 ROOMS, DOORS, PATH = 22, 46, 6
 
 
+def _traced(tmp_path: Path, *args: str) -> dict[str, Any]:
+    """``bench/trace_fit.py``'s figures of a tuned fit, traced in a child process."""
+    out = tmp_path / "trace.json"
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "trace_fit.py"), "--json", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "TFGPU_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.process
 def test_a_tuned_fit_walks_through_few_rooms(tmp_path):
     """``tfgpu.fit(tune=True)`` on one device, traced by ``bench/trace_fit.py``: inside
@@ -33,16 +47,7 @@ def test_a_tuned_fit_walks_through_few_rooms(tmp_path):
     every path from ``keras_fit.fit`` to a compiled call (the loop's step, the tuner's trials) at
     most ``PATH`` modules long. When the issue was filed, the whole package read 43 modules and
     90 pairs, and the tuner's path 10 modules."""
-    out = tmp_path / "trace.json"
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "trace_fit.py"), "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "TFGPU_CACHE_DIR": str(tmp_path / "cache")},
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads(out.read_text())
+    found = _traced(tmp_path)
     rooms = {m for m in found["modules"] if m.startswith("tfgpu.train")}
     doors = [
         (a, b) for a, b, _ in found["pairs"] if a.startswith("tfgpu.train") and b.startswith("tfgpu.train")
@@ -111,3 +116,84 @@ def test_a_fit_converts_nothing_and_traces_its_execution_once(replicas, monkeypa
     assert conversions == [], conversions
     assert traced.count("train_execution") == 1, traced
     assert traced.count("eval_execution") == 1, traced
+
+
+# -- where a model runs: entered through train/placement.py alone (issue 67) ----------------------
+PLACEMENT = "tfgpu.train.placement"
+# the mechanics beneath it: how a model moves or is copied, and a split's copy
+BENEATH = {"tfgpu.train.rehoming": None, "tfgpu.train.split": {"placed", "placed_for", "build"}}
+SITES = 8  # call sites into placement on a fit's static walk; 25 into train/model.py when filed
+
+
+@pytest.mark.process
+def test_a_fit_on_two_devices_moves_its_model_through_placement_alone(tmp_path):
+    """Issue 67: ``tfgpu.fit(tune=True)`` of a model made outside any scope, on 2 logical CPUs
+    (``tfgpu.strategy()``: MirroredStrategy), traced: the model is moved into the strategy
+    (``rehoming`` runs), and only ``placement`` calls into it."""
+    found = _traced(tmp_path, "--devices", "2")
+    callers = {a for a, b, _ in found["pairs"] if b == "tfgpu.train.rehoming"}
+    assert callers == {PLACEMENT}, sorted(callers)
+
+
+def _into_placement(graph: Any, node: Any) -> list[tuple[str, int]]:
+    return [
+        (target[1], call.lineno)
+        for call, targets in graph.calls(node)
+        for target in targets
+        if target[0] == PLACEMENT
+    ]
+
+
+def test_a_fit_enters_placement_from_few_call_sites_and_its_mechanics_never():
+    """Issue 67: the static walk from ``keras_fit.fit`` (``tests/call_graph.py``: every function a
+    fit may run, an upper bound) enters placement at ``SITES`` call sites or fewer; and nowhere in
+    the package is the mechanics beneath it (``rehoming``, a split's copy) called from outside
+    the placement code."""
+    from call_graph import CallGraph
+
+    graph = CallGraph()
+    walk = graph.reachable(("tfgpu.train.keras_fit", "fit"))
+    sites = {
+        (node, name, line)
+        for node in walk
+        if node[0] != PLACEMENT and node[0] not in BENEATH
+        for name, line in _into_placement(graph, node)
+    }
+    assert 0 < len(sites) <= SITES, sorted(sites)
+    whole = CallGraph("tfgpu")
+    beneath = []
+    for module in whole.modules.values():
+        if module.name == PLACEMENT or module.name in BENEATH:
+            continue
+        for qualname in module.functions:
+            for call, targets in whole.calls((module.name, qualname)):
+                for where, name in targets:
+                    if where in BENEATH and (BENEATH[where] is None or name in BENEATH[where]):
+                        beneath.append(f"{module.name}.{qualname}:{call.lineno} -> {where}.{name}")
+    assert beneath == [], beneath
+
+
+def test_no_state_is_moved_by_hand_outside_the_placement_code():
+    """Issue 67: ``set_weights(``, ``copy_optimizer_state(`` and assignments to Keras's private
+    strategy attributes (``_distribute_strategy``, an optimizer's ``_distribution_strategy``)
+    only in placement and the mechanics beneath it; the state transfer was written 5 times."""
+    import ast
+
+    from call_graph import PACKAGE, _module_name
+
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = _module_name(path)
+        if name == PLACEMENT or name in BENEATH:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            called = isinstance(node, ast.Call) and (
+                getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            )
+            if called in ("set_weights", "copy_optimizer_state"):
+                found.append(f"{name}:{node.lineno} {called}(")
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            for target in targets:
+                if getattr(target, "attr", None) in ("_distribute_strategy", "_distribution_strategy"):
+                    found.append(f"{name}:{node.lineno} .{target.attr} =")
+    assert found == [], found

@@ -153,12 +153,10 @@ class ModelDevice:
     kind = "model"
 
     def __init__(self, model: Any) -> None:
-        import tensorflow as tf
+        from tfgpu.train import placement
 
-        from tfgpu.train.placement import owner
-
-        self.model = model
-        self.strategy = owner(model) or tf.distribute.get_strategy()
+        placed = placement.place(model)  # its own strategy, or the default one: trained as it is
+        self.model, self.strategy = placed.model, placed.strategy
         self.description = (
             f"Keras model {getattr(model, 'name', 'model')} ({model.count_params():,} parameters)"
         )

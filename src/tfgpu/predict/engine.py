@@ -257,7 +257,7 @@ def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tu
     """(strategy, predictor) of the .keras file ``model`` split over ``devices_per_replica``
     devices per replica (``train.split``: the layers placed by memory, the batch in micro-batches)."""
     from tfgpu.predict.models import keras_predictor, load_keras_model
-    from tfgpu.train import split
+    from tfgpu.train import placement
     from tfgpu.train.options import Placement
 
     path = Path(model)
@@ -268,11 +268,9 @@ def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tu
             fix="save the model with model.save('model.keras'), or leave --devices-per-replica out",
         )
     loaded = load_keras_model(path)
-    placement = Placement(devices_per_replica=options.devices_per_replica)
-    placed_strategy, placed = split.placed_for(
-        loaded, placement, strategy=strategy, global_batch=options.batch_size
-    )
-    return placed_strategy, keras_predictor(placed, name=path.name)
+    asked = Placement(devices_per_replica=options.devices_per_replica)
+    placed = placement.place(loaded, strategy, split_as=asked, global_batch=options.batch_size)
+    return placed.strategy, keras_predictor(placed.model, name=path.name)
 
 
 def predict(

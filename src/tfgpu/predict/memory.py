@@ -44,8 +44,6 @@ def predict_arrays(
     import tensorflow as tf
 
     from tfgpu.train import model as model_setup
-    from tfgpu.train import split
-    from tfgpu.train.evaluation import evaluation_strategy
     from tfgpu.train.inputs import bounded
     from tfgpu.train.options import Placement
 
@@ -54,9 +52,8 @@ def predict_arrays(
             model, "predict", x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks
         )
 
-    placement = Placement(devices_per_replica=devices_per_replica, micro_batches=micro_batches)
-    asked = split.placed_for(model, placement, strategy=strategy, global_batch=batch_size or DEFAULT_BATCH)
-    strategy, model = (evaluation_strategy(asked[0]), asked[1]) if asked else _strategy(model, strategy)
+    asked = Placement(devices_per_replica=devices_per_replica, micro_batches=micro_batches)
+    strategy, model = _strategy(model, strategy, asked, global_batch=batch_size or DEFAULT_BATCH)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or _per_call(callbacks)
     _check_sizes(batch_size, per_call, steps, x)
@@ -140,11 +137,12 @@ def _callbacks(callbacks: Any, *, model: Any, verbose: Any, steps: int | None) -
     )
 
 
-def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
+def _strategy(model: Any, strategy: Any, asked: Any, *, global_batch: int) -> tuple[Any, Any]:
     """(The strategy predict runs under, the model to run): the model's own strategy, or the
     one given, or for a model from no scope tfgpu's choice (``tfgpu.strategy()``: every device),
-    where it is moved as ``tfgpu.fit`` and ``tfgpu.evaluate`` move it. Before, such a model was
-    predicted under TensorFlow's default strategy, one device of many, until a fit moved it.
+    where it is moved as ``tfgpu.fit`` and ``tfgpu.evaluate`` move it; or its copy split as
+    ``asked`` (``devices_per_replica``). Before, such a model was predicted under TensorFlow's
+    default strategy, one device of many, until a fit moved it.
 
     Under MultiWorkerMirroredStrategy every worker predicts every row on its own replicas
     (``_iterator``): Keras's ``predict`` gives every worker the whole result too. Under
@@ -156,7 +154,9 @@ def _strategy(model: Any, strategy: Any) -> tuple[Any, Any]:
     from tfgpu.train.evaluation import evaluation_strategy
 
     model_setup.ready_remat(model)  # a RematScope model fails in a compiled call without it
-    placed = placement.place(model, strategy, choose=distribute.strategy)  # as fit and evaluate
+    placed = placement.place(  # as fit and evaluate
+        model, strategy, choose=distribute.strategy, split_as=asked, global_batch=global_batch
+    )
     chosen, model = placed.strategy, placed.model
     return evaluation_strategy(chosen), model
 

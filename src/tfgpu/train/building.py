@@ -15,6 +15,7 @@ from typing import Any
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
 from tfgpu.train import model_cache
+from tfgpu.train.placement import moved_in
 
 
 def build(model: Any, strategy: Any, element_spec: Any) -> None:
@@ -22,15 +23,9 @@ def build(model: Any, strategy: Any, element_spec: Any) -> None:
 
     A label shape the loss cannot take fails here, before any training, as one message.
     """
-    if _optimizer_made_elsewhere(model, strategy):
-        from tfgpu.train.rehoming import adopt_optimizer
-
-        adopt_optimizer(model, strategy)
     try:
         if not _built(model) and _built_by_its_step_on_one_device(model, strategy, element_spec):
-            from tfgpu.train.rehoming import rehome
-
-            rehome(model, strategy)
+            moved_in(model, strategy)
         with strategy.scope():
             if not _built(model):
                 _symbolic_build(model, strategy, element_spec)
@@ -160,7 +155,7 @@ def _symbolic_build(model: Any, strategy: Any, element_spec: Any) -> None:
 def _built_by_its_step_on_one_device(model: Any, strategy: Any, element_spec: Any) -> bool:
     """On several replicas, a model with no ``call`` whose ``train_step`` builds its sub-layers
     (keras-io's semisupervised_simclr), built by a throwaway trace of that step outside any
-    scope, as one device's first step builds it (the same initial weights), for ``rehome`` to
+    scope, as one device's first step builds it (the same initial weights), for ``placement.moved_in`` to
     move into ``strategy``: a variable made inside ``strategy.run`` cannot be (Keras's own
     ``fit`` fails there), and a step traced in the scope outside ``run`` cannot call what needs
     a replica context (``tf.nn.compute_average_loss``). False where that is not the case."""
@@ -311,16 +306,3 @@ def _describe(spec: Any) -> str:
     import tensorflow as tf
 
     return str(tf.nest.map_structure(lambda s: f"{s.dtype.name}{list(s.shape)}", spec))
-
-
-def _optimizer_made_elsewhere(model: Any, strategy: Any) -> bool:
-    """Whether an optimizer the model holds is unused and was made under another strategy than
-    ``strategy`` (``rehoming.adopt_optimizer`` makes it again in the scope)."""
-    import keras
-
-    return any(
-        isinstance(o, keras.optimizers.Optimizer)
-        and not o.built
-        and getattr(o, "_distribution_strategy", strategy) is not strategy
-        for o in vars(model).values()
-    )

@@ -302,16 +302,15 @@ def _measured(
     """Allocator peaks of a forward and backward pass at ``batch_size`` and twice it."""
     import tensorflow as tf
 
+    from tfgpu.train.execution import restored
+
     reader = reader or _peak
-    weights = model.get_weights()
     peaks = []
-    try:
+    with restored(model):  # a BatchNormalization's statistics move in the passes
         for batch in (batch_size, 2 * batch_size):
             example = _example(model)
             x = tf.nest.map_structure(lambda t, b=batch: tf.repeat(t, b, axis=0), example)
             peaks.append(_pass_peak(model, x, device, reader))
-    finally:
-        model.set_weights(weights)  # a BatchNormalization's statistics moved in the passes
     per_example = max(0, (peaks[1] - peaks[0]) // batch_size)
     fixed = max(0, peaks[0] - batch_size * per_example)
     weights_bytes, _, optimizer = _fixed(model)

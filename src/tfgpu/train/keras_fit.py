@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfgpu import distribute
@@ -124,16 +124,17 @@ def fit(
         devices_per_replica=devices_per_replica,
         micro_batches=micro_batches,
     )
-    placement.build_for_data(model, x)  # as Keras's fit builds it at its first batch
-    placed, strategy, trained, replicas = _placed(model, strategy, options)
-    train = sources.of(x, y, sample_weight, role="x", model=trained, shuffle=bool(shuffle))
-    validation = None if validation_data is None else sources.validation(validation_data, model=trained)
+    train = sources.of(x, y, sample_weight, role="x", model=model, shuffle=bool(shuffle))
+    validation = None if validation_data is None else sources.validation(validation_data, model=model)
     keras_args.check_auto_batch(batch_size, train)
+    batch = None if batch_size == "auto" else batch_size
+    placed = _placed(model, x, strategy, options, lambda replicas: train.per_replica(batch, replicas))
+    trained = placed.model
     task = Task(
         model=lambda: trained,
         train_data=train.data,
         eval_data=None if validation is None else validation.data,
-        batch_size=train.per_replica(None if batch_size == "auto" else batch_size, replicas),
+        batch_size=train.per_replica(batch, int(placed.strategy.num_replicas_in_sync)),
         steps_per_epoch=steps_per_epoch,
         seed=keras_args.shuffle_seed(seed),
         shuffle=bool(shuffle),
@@ -142,7 +143,7 @@ def fit(
         validation_split=validation_split,
     )
     keras_args.check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
-    trainer = Trainer(task, strategy=strategy, placed=placed, options=options)
+    trainer = Trainer(task, placed=placed, options=options)
     keras_args.say_per_batch(acting, per_batch, trained)
     result = trainer.fit(
         epochs=epochs,
@@ -154,14 +155,19 @@ def fit(
     return _history(model, trainer.model, result)
 
 
-def _placed(model: Any, strategy: Any, options: TrainOptions) -> tuple[Any, Any, Any, int]:
-    """(the Placement or None, strategy or None, the model that trains, replicas): a split is
-    placed by the Trainer's setup, which chooses its strategy; otherwise the model is placed here
-    (``placement.place``), once: the Trainer takes the decision as it is."""
-    if options.placement.splits:
-        return None, strategy, model, split.replicas(options.placement, strategy=strategy)
-    placed = placement.place(model, strategy, choose=distribute.strategy)
-    return placed, placed.strategy, placed.model, int(placed.strategy.num_replicas_in_sync)
+def _placed(
+    model: Any, x: Any, strategy: Any, options: TrainOptions, per_replica: Callable[[int], int]
+) -> placement.Placement:
+    """Where the model trains (``placement.place``, once: the Trainer takes the decision as it
+    is), built for ``x`` first as Keras's fit builds it; a split's stages weighed at the run's
+    global batch (``per_replica(replicas)`` examples a replica)."""
+    asked, global_batch = options.placement, 0
+    if asked.splits:
+        replicas = split.replicas(asked, strategy=strategy)
+        global_batch = per_replica(replicas) * replicas
+    return placement.place(
+        model, strategy, choose=distribute.strategy, split_as=asked, global_batch=global_batch, data=x
+    )
 
 
 def _history(model: Any, trained: Any, result: Any) -> Any:
@@ -211,18 +217,14 @@ def evaluate(
             return_dict=return_dict,
         )
     model_setup.accepted(model, call="tfgpu.evaluate")
-    where = placement.place(model, strategy, choose=distribute.strategy)
+    where = placement.place(model, strategy, choose=distribute.strategy, data=x)
     strategy, placed = where.strategy, where.model
     data = sources.of(x, y, sample_weight, role="x", model=placed)
     per_replica = data.per_replica(batch_size, int(strategy.num_replicas_in_sync))
     task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
     spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
-    feed = (
-        None
-        if distribute.is_parameter_server(strategy)
-        else distribute.input_strategy(strategy, in_cluster=spec is not None)
-    )
+    feed = distribute.input_strategy(strategy, in_cluster=spec is not None)  # the coordinator's own under PS
     source = evaluation.input_for(
         data.data, task, strategy, feed=feed, global_batch=per_replica * int(strategy.num_replicas_in_sync)
     )

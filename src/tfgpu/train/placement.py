@@ -1,13 +1,16 @@
 """Where a user's model runs: one rule for ``tfgpu.fit``, ``evaluate``, ``predict``, the
-Trainer, tuning's copies and the replica proof, and how its state comes back.
+Trainer, tuning's copies, the replica proof and diagnose, and how its state comes back.
 
 ``place`` decides (the model's own strategy; tfgpu's choice for a model from no scope; a model
-from no scope moved into the strategy passed, in place where it can be); ``copy_in`` makes a copy
-in a strategy and a dtype policy (tuning's trials, a run switched to one device or to mixed
-precision), ``transfer`` and ``give_back`` carry a copy's weights and optimizer state back,
-``lent`` lends a model's variables to another strategy for a while (the proof's one device). The
-mechanics live in ``rehoming``; nothing else moves a model, assigns Keras's private strategy
-attributes or copies optimizer state.
+from no scope moved into the strategy passed, in place where it can be; a split over several
+devices per replica) and returns a frozen ``Placement``; ``copy_in`` makes a copy in a strategy
+and a dtype policy (tuning's trials, a run switched to one device or to mixed precision),
+``transfer`` and ``give_back`` carry a copy's weights and optimizer state back, ``moved_in``
+moves what a step built outside the scope into it, ``lent`` lends a model's variables
+(``step_variables``) to another strategy for a while (the proof's one device). The mechanics
+live beneath, in ``rehoming`` (moves and copies) and ``split`` (a split's copy); nothing else
+moves a model, assigns Keras's private strategy attributes or copies optimizer state, and
+``tests/test_fit_path.py`` holds every entry to them to this module.
 """
 
 from __future__ import annotations
@@ -20,13 +23,14 @@ from typing import Any
 from tfgpu import distribute
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
-from tfgpu.train import sources
+from tfgpu.train import sources, split
 from tfgpu.train.rehoming import (
+    adopt_optimizer,
     back,
     copy,
-    copy_optimizer_state,
     graph_of_layers,
     input_shape,
+    metric_state,
     optimizer_keys,
     optimizers,
     optimizers_of,
@@ -34,7 +38,19 @@ from tfgpu.train.rehoming import (
     rehome,
     rehomed,
     rekey_optimizer,
+    transfer,
 )
+
+__all__ = [
+    "Placement",
+    "copy_in",
+    "give_back",
+    "lent",
+    "moved_in",
+    "place",
+    "step_variables",
+    "transfer",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,36 +63,72 @@ class Placement:
     model: Any
 
 
-def owner(model: Any) -> Any | None:
+def _owner(model: Any) -> Any | None:
     """The strategy whose scope the model was created in; None: no strategy's."""
     return getattr(model, "_distribute_strategy", None)
 
 
-def fits_strategy(model: Any, strategy: Any) -> bool:
+def _fits(model: Any, strategy: Any) -> bool:
     """True when ``model`` can run under ``strategy`` as it is."""
     import tensorflow as tf
 
-    made_in = owner(model)
+    made_in = _owner(model)
     if made_in is not None:
         return made_in is strategy
     # a model made outside any scope has plain variables: the default strategy runs it
     return strategy is tf.distribute.get_strategy()
 
 
-def place(model: Any, strategy: Any = None, *, choose: Callable[[], Any] | None = None) -> Placement:
-    """Where ``model`` runs (a ``Placement``): the one rule ``tfgpu.fit``, ``evaluate`` and
-    ``predict`` place a user's model by (the Trainer's ``Task.model`` is made in the scope). It
-    may move ``model``: in place, into the strategy's scope.
+def place(
+    model: Any,
+    strategy: Any = None,
+    *,
+    choose: Callable[[], Any] | None = None,
+    split_as: Any = None,
+    global_batch: int = 0,
+    data: Any = None,
+) -> Placement:
+    """Where ``model`` runs (a ``Placement``): the one rule ``tfgpu.fit``, ``evaluate``,
+    ``predict``, the Trainer (its ``Task.model``, made in the scope), tuning and diagnose place
+    a model by. It may move ``model``: in place, into the strategy's scope.
 
-    Unasked, the model's own strategy; for a model from no scope, ``choose()`` (tfgpu's choice)
-    when it gives several replicas or workers, else TensorFlow's default strategy, which runs the
-    model as it is. A model made outside ``strategy``'s scope is moved into it in place
-    (``recreate``: ``rehome``, or a copy where it cannot); one made in another strategy's scope
-    is refused, with the fix. A model tfgpu moved before moves again what was made since (a
-    re-compile's metrics). Before this, ``keras_fit`` and ``predict.memory`` each had a copy."""
+    ``data`` (x, or a ``tf.data.Dataset``): a Sequential without ``Input`` is built for it
+    first, as Keras's ``fit`` builds it at its first batch. ``split_as`` (an
+    ``options.Placement`` asking ``devices_per_replica``): a copy split over each replica's
+    devices, its stages weighed at ``global_batch`` (``train.split``). Unasked, the model's own
+    strategy; for a model from no scope, ``choose()`` (tfgpu's choice) when it gives several
+    replicas or workers, else TensorFlow's default strategy, which runs the model as it is. A
+    model made outside ``strategy``'s scope is moved into it in place (``recreate``: ``rehome``,
+    or a copy where it cannot); one made in another strategy's scope is refused, with the fix. A
+    model tfgpu moved before moves again what was made since (a re-compile's metrics); an unused
+    optimizer made outside the scope (a second ``compile``) is made again in it."""
+    if data is not None:
+        _build_for_data(model, data)
+    if split_as is not None and split_as.splits:
+        return _split(model, split_as, strategy=strategy, global_batch=global_batch)
+    placed = _decided(model, strategy, choose)
+    if _optimizer_made_elsewhere(placed.model, placed.strategy):
+        adopt_optimizer(placed.model, placed.strategy)
+    return placed
+
+
+def _optimizer_made_elsewhere(model: Any, strategy: Any) -> bool:
+    """Whether an optimizer the model holds is unused and was made under another strategy than
+    ``strategy`` (``rehoming.adopt_optimizer`` makes it again in the scope)."""
+    import keras
+
+    return any(
+        isinstance(o, keras.optimizers.Optimizer)
+        and not o.built
+        and getattr(o, "_distribution_strategy", strategy) is not strategy
+        for o in vars(model).values()
+    )
+
+
+def _decided(model: Any, strategy: Any, choose: Callable[[], Any] | None) -> Placement:
     import tensorflow as tf
 
-    made_in = owner(model)
+    made_in = _owner(model)
     if strategy is None:
         if made_in is not None:
             return Placement(made_in, model)
@@ -84,7 +136,7 @@ def place(model: Any, strategy: Any = None, *, choose: Callable[[], Any] | None 
         if chosen is None or (int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen)):
             return Placement(tf.distribute.get_strategy(), model)
         strategy = chosen
-    if fits_strategy(model, strategy):
+    if _fits(model, strategy):
         if rehomed(model):
             rehome(model, strategy)
         return Placement(strategy, model)
@@ -96,6 +148,24 @@ def place(model: Any, strategy: Any = None, *, choose: Callable[[], Any] | None 
             fix="pass the strategy the model was created under, or leave strategy unset",
         )
     return Placement(strategy, recreate(model, strategy))
+
+
+def _split(model: Any, asked: Any, *, strategy: Any, global_batch: int) -> Placement:
+    if not model.built:
+        raise ConfigError(
+            "devices_per_replica splits a built model, and this one is not built",
+            value=model.name,
+            fix="give the model a keras.Input (or call model.build(input_shape)) before it is split",
+        )
+    found = split.placed_for(model, asked, strategy=strategy, global_batch=global_batch)
+    assert found is not None  # asked.splits
+    return Placement(*found)
+
+
+def moved_in(model: Any, strategy: Any) -> None:
+    """What was made outside ``strategy``'s scope since ``model`` was placed (the sub-layers a
+    custom ``train_step`` built on one device, ``building``'s) moved into it, in place."""
+    rehome(model, strategy)
 
 
 def copy_in(model: Any, strategy: Any, *, policy: str | None = None) -> Any:
@@ -134,14 +204,6 @@ def give_back(model: Any, trained: Any) -> None:
     transfer(trained, model)
 
 
-def transfer(source: Any, target: Any, *, strategy: Any = None) -> None:
-    """``source``'s weights and optimizer state into ``target``, a copy of the same model (the
-    target's optimizer built under ``strategy`` first when it is not): a trial's copy from the
-    run's model, a split or tuned copy, a copy given back."""
-    target.set_weights(source.get_weights())
-    copy_optimizer_state(source, target, strategy=strategy)
-
-
 @contextlib.contextmanager
 def lent(model: Any, variables: list[Any], strategy: Any, *, values: list[Any]) -> Iterator[None]:
     """The model's variables on ``strategy`` for a while, holding ``values``; the originals
@@ -173,7 +235,17 @@ def lent(model: Any, variables: list[Any], strategy: Any, *, values: list[Any]) 
             inner._distribution_strategy = kept
 
 
-def build_for_data(model: Any, x: Any) -> None:
+def step_variables(model: Any) -> list[Any]:
+    """Every Keras variable the model's step reads or writes: weights, statistics, every
+    optimizer's the model holds (a GAN's two), the metrics' (``lent``'s, for the proof)."""
+    found: dict[int, Any] = {}
+    held = [v for optimizer in optimizers(model) for v in optimizer.variables]
+    for variable in [*model.variables, *held, *model.metrics_variables, *metric_state(model)]:
+        found.setdefault(id(variable), variable)
+    return list(found.values())
+
+
+def _build_for_data(model: Any, x: Any) -> None:
     """Build a Sequential without ``Input`` for ``x`` (one array, or a ``tf.data.Dataset`` whose
     elements are x or (x, ...)) as Keras's ``fit`` builds it at its first batch: before any copy
     is made, so the copy trains from the weights Keras would draw (the copy of an unbuilt model
@@ -193,6 +265,6 @@ def build_for_data(model: Any, x: Any) -> None:
     else:
         shape = (None, *x.shape[1:]) if hasattr(x, "shape") and len(getattr(x, "shape", ())) else None
     if shape is not None:
-        made_in = owner(model)
+        made_in = _owner(model)
         with made_in.scope() if made_in is not None else contextlib.nullcontext():
             model.build(shape)

@@ -65,7 +65,7 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
         return Proof("not checked", f"not checked: {reason}", replicas)
     import tensorflow as tf
 
-    variables = _variables(model)
+    variables = placement.step_variables(model)
     before = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
     try:
         local, whole = _rows(strategy, batch())
@@ -151,19 +151,6 @@ def _not_checkable(model: Any, strategy: Any) -> str | None:
     if batch_norm:
         return f"BatchNormalization ({batch_norm[0]}) takes its statistics per replica"
     return None
-
-
-def _variables(model: Any) -> list[Any]:
-    """Every Keras variable the step reads or writes: weights, statistics, every optimizer's the
-    model holds (a GAN's two), the metrics'. One left out was stepped by the comparison and never
-    put back: the run trained on from an advanced state (4e-3 from one device's weights)."""
-    from tfgpu.train.rehoming import metric_state, optimizers
-
-    found: dict[int, Any] = {}
-    held = [v for optimizer in optimizers(model) for v in optimizer.variables]
-    for variable in [*model.variables, *held, *model.metrics_variables, *metric_state(model)]:
-        found.setdefault(id(variable), variable)
-    return list(found.values())
 
 
 def _first_device(strategy: Any) -> str:

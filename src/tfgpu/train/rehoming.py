@@ -221,6 +221,14 @@ def recreate(model: Any, strategy: Any) -> Any:
     return clone
 
 
+def transfer(source: Any, target: Any, *, strategy: Any = None) -> None:
+    """``source``'s weights and optimizer state into ``target``, a copy of the same model (the
+    target's optimizer built under ``strategy`` first when it is not): a trial's copy from the
+    run's model, a split or tuned copy, a copy given back (``placement.transfer``)."""
+    target.set_weights(source.get_weights())
+    copy_optimizer_state(source, target, strategy=strategy)
+
+
 def copy_optimizer_state(source: Any, target: Any, *, strategy: Any = None) -> None:
     """``source``'s optimizer state (its step count, Adam's moments...) into ``target``'s, the
     same model's copy: a model restored by ``keras.models.load_model`` goes on with its

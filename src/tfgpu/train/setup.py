@@ -23,7 +23,7 @@ from tfgpu.train import model as model_setup
 from tfgpu.train.evaluation import input_for
 from tfgpu.train.options import Placement
 from tfgpu.train.placement import Placement as Placed
-from tfgpu.train.placement import build_for_data, copy_in, fits_strategy, owner
+from tfgpu.train.placement import copy_in, place
 from tfgpu.train.task import Task
 
 
@@ -228,52 +228,24 @@ class Setup:
         )
 
 
-def _placed(task: Task, strategy: Any, placement: Placement | None) -> tuple[Any, Any]:
-    """(strategy, model) for a Task whose model no one placed: a split's, or the Task's model
-    made in the scope of ``strategy`` (default ``tfgpu.strategy()``), checked to fit it."""
-    placement = placement or Placement()
-    if placement.splits:
-        strategy, model = _split_model(task, strategy=strategy, placement=placement)
+def _placed(task: Task, strategy: Any, asked: Placement | None) -> tuple[Any, Any]:
+    """(strategy, model) for a Task whose model no one placed, by ``placement.place``'s rule: the
+    Task's model made in the scope of ``strategy`` (default ``tfgpu.strategy()``), or made
+    outside any scope and split over the devices ``asked`` names (built for the data first)."""
+    asked = asked or Placement()
+    x, global_batch = None, 0
+    if asked.splits:
+        model = model_setup.from_task(task)
+        kind = sources.kind_of(task.train_data)
+        if kind in (sources.ARRAYS, sources.DATASET):
+            x = task.train_data[0] if kind == sources.ARRAYS else task.train_data
+        global_batch = task.batch_size * split.replicas(asked, strategy=strategy)
     else:
         strategy = strategy if strategy is not None else distribute.strategy()
         with strategy.scope():
             model = model_setup.from_task(task)
-    _check_owner(model, strategy)
-    return strategy, model
-
-
-def _check_owner(model: Any, strategy: Any) -> None:
-    import tensorflow as tf
-
-    if not fits_strategy(model, strategy):
-        raise ConfigError(
-            f"The model was created under another strategy than the {type(strategy).__name__} "
-            "it is to train under",
-            value=type(owner(model) or tf.distribute.get_strategy()).__name__,
-            fix="create and compile the model inside `with strategy.scope():` of the strategy you train with",
-        )
-
-
-def _split_model(task: Task, *, strategy: Any, placement: Placement) -> tuple[Any, Any]:
-    """(the split's strategy, the Task's model split over its devices): the model made outside
-    any scope, built for the data when it is not, then placed (``train.split``)."""
-    model = model_setup.from_task(task)
-    kind = sources.kind_of(task.train_data)
-    if not model.built and kind in (sources.ARRAYS, sources.DATASET):
-        build_for_data(model, task.train_data[0] if kind == sources.ARRAYS else task.train_data)
-    if not model.built:
-        raise ConfigError(
-            "devices_per_replica splits a built model, and this one is not built",
-            value=model.name,
-            fix="give the model a keras.Input (or call model.build(input_shape)) in Task.model",
-        )
-    return split.placed(
-        model,
-        devices_per_replica=placement.devices_per_replica or 1,
-        micro_batches=placement.micro_batches,
-        strategy=strategy,
-        batch=task.batch_size,
-    )
+    placed = place(model, strategy, split_as=asked, global_batch=global_batch, data=x)
+    return placed.strategy, placed.model
 
 
 def describe(source: Any) -> str:

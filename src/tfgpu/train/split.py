@@ -316,7 +316,7 @@ def placed(
     ``model``'s weights and optimizer state now; made once per model and split, re-made when the
     model is re-compiled (as ``train.rehoming.recreate`` keeps its copies). ``batch``: the examples
     per replica (the stages are weighed at it)."""
-    from tfgpu.train import model_cache, placement
+    from tfgpu.train import model_cache, rehoming
 
     split = plan(devices_per_replica, micro_batches=micro_batches, strategy=strategy)
     if strategy is not None:  # plan() refused one over several workers
@@ -330,7 +330,7 @@ def placed(
         model, ("split", split), lambda: build(model, split, batch=batch)
     )
     if not made:
-        placement.transfer(model, clone, strategy=placed_strategy)
+        rehoming.transfer(model, clone, strategy=placed_strategy)
     return placed_strategy, clone
 
 

@@ -200,6 +200,7 @@ class Trainer:
         """Train with ``config`` (what ``found`` chose, in ``session``) from here on; the choices
         say so, and why."""
         if session.needs_own_setup(config):
+            session.model(config)  # the copy takes this model's state now
             self._switch(session.setup_for(config), why=why)
         k = config.steps_per_execution
         if k != self.options.execution_steps:
@@ -213,12 +214,11 @@ class Trainer:
 
     def _switch(self, trial: Setup, *, why: str) -> None:
         """Train in ``trial``'s batch, on one device or in mixed precision from here on: a setup
-        (and loop) around the trial's model, which takes this model's state now (the untuned
-        run's: trials are restored). Said loudly: the batch is the user's to know (the learning
+        (and loop) around the trial's model, which holds this model's state now (the untuned
+        run's: trials are restored; ``Session.model`` carried it). Said loudly: the batch is the user's to know (the learning
         rate stays as given)."""
         model = trial.model
         if model is not self.model:
-            placement.transfer(self.model, model, strategy=trial.strategy)
             model.reset_metrics()  # its trials' figures (a resumed run restores its own below)
         before = (self.global_batch, self.replicas, self.model.dtype_policy.name)
         self.setup = self.setup.variant(

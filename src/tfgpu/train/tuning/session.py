@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfgpu import choices
-from tfgpu.train import execution
+from tfgpu.train import execution, placement
 from tfgpu.train.options import Config, TrainOptions, TuneOptions
 from tfgpu.train.setup import Setup
 from tfgpu.train.tuning import result
@@ -146,7 +146,13 @@ class Session:
         return execute, lambda: setup.train.trial_iterator(options), held
 
     def model(self, config: Config) -> Any:
-        return self.setup_for(config).model
+        """The model ``config`` trains, holding the run's weights and optimizer state now (a copy
+        takes them, ``placement.transfer``): the tuner's agreement check, and the model the
+        Trainer switches to."""
+        setup = self.setup_for(config)
+        if setup.model is not self.setup.model:
+            placement.transfer(self.setup.model, setup.model, strategy=setup.strategy)
+        return setup.model
 
     def saved(self, saved: Tuning) -> tuple[Tuning, Config]:
         """A saved tuning's choice (``tfgpu train --config``, read by ``result.read``), less what

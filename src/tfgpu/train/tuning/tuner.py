@@ -84,7 +84,9 @@ class Measures(Protocol):
 
     def max_steps(self, config: Config) -> int | None: ...
 
-    def model(self, config: Config) -> Any: ...
+    def model(self, config: Config) -> Any:
+        """The model ``config`` trains, holding the run's state now (None: no model)."""
+        ...
 
 
 def verdict(ratios: Sequence[float], *, gain: float = MIN_GAIN) -> str:
@@ -504,18 +506,16 @@ class Tuner:
 
     def _agrees(self, base: Config, candidate: Config, *, rtol: float, what: str) -> tuple[bool, str]:
         """The loss after the same steps from the same state, with ``base`` and ``candidate``."""
-        from tfgpu.train import execution, placement
+        from tfgpu.train import execution
 
         steps = 4 * base.steps_per_execution
         losses = []
         for config in (base, candidate):
-            model = self.bench.model(config) or self.model
+            model = self.bench.model(config) or self.model  # a copy holds the run's state
             if model is None:  # a bench without a model (the tests' fake): nothing to put back
                 losses.append(self.bench.rate(config, steps)[1])
                 continue
             with execution.restored(model):
-                if model is not self.model and self.model is not None:  # a copy: from the run's state
-                    placement.transfer(self.model, model)
                 model.reset_metrics()
                 losses.append(self.bench.rate(config, steps)[1])
         a, b = losses
