@@ -56,6 +56,31 @@ def test_replicas_match_one_device(single, replicas):
     assert_same_weights(trainer.model.get_weights(), single["weights"])
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_task_s_model_made_outside_any_scope_is_placed_as_fit_places_it(single, compiled):
+    """Issue 67: the Trainer places its Task's model by ``placement.place``, the rule of
+    ``tfgpu.fit``: a builder returning a model made outside any scope (at module level, as
+    scripts make it), compiled there or not, is moved into the strategy and trains on 2
+    replicas to one device's weights. Before, Setup checked it by a rule of its own and refused
+    it ("created under another strategy")."""
+    import keras
+
+    made = model()  # outside any scope
+    if compiled:
+        made.compile(
+            optimizer=keras.optimizers.Adam(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+    task = dataclasses.replace(make_task(GLOBAL // 2), model=lambda: made)
+    if compiled:
+        task = dataclasses.replace(task, loss=None, metrics=())
+    trainer = tfgpu.Trainer(task, strategy=strategy(2), monitor_gpus=False)
+    trainer.fit(steps=STEPS)
+    assert trainer.strategy.num_replicas_in_sync == 2
+    assert_same_weights(trainer.model.get_weights(), single["weights"])
+
+
 @pytest.mark.slow
 def test_two_workers_match_one_device(single):
     results = run_cluster(
