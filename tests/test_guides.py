@@ -84,7 +84,7 @@ def tfgpu_with(strategy, everywhere=False):
 
 class KerasUnder:
     """Keras's own fit / evaluate / predict of a model made outside any scope, run on that model
-    moved into ``strategy``'s scope in place (``train.model.rehome``, what tfgpu does): the same
+    moved into ``strategy``'s scope in place (``placement.moved_in``, what tfgpu does): the same
     weights and Dropout seeds as the model tfgpu trains."""
 
     name = "keras"
@@ -93,10 +93,10 @@ class KerasUnder:
         self.strategy = strategy
 
     def _placed(self, model):
-        from tfgpu.train import placement, rehoming
+        from tfgpu.train import placement
 
-        if placement.owner(model) is not self.strategy:
-            rehoming.rehome(model, self.strategy)
+        if getattr(model, "_distribute_strategy", None) is not self.strategy:
+            placement.moved_in(model, self.strategy)
         return model
 
     def fit(self, model, *args, **kwargs):
