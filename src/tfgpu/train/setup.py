@@ -48,18 +48,21 @@ class Setup:
         strategy: Any = None,
         placement: Placement | None = None,
         placed: Placed | None = None,
+        record: bool = True,
         converted: tuple[Any, int] | None = None,
     ) -> Setup:
         """The setup of ``task`` under ``strategy`` (default ``tfgpu.strategy()``); a split
         ``placement`` chooses the strategy itself; ``placed``: the model and its strategy decided
         already (``placement.place``: checked there, not again; ``Task.model`` is not called).
-        ``converted``: the training arrays as another setup holds them (``Input.converted``),
-        not converted again. The run's choices are the Trainer's to say (``Trainer._record_run``):
-        a setup is what a run is, not what was said about it."""
+        ``record``: say the run's global batch first, before its inputs say theirs (a tuning
+        trial's setup says none); ``converted``: the training arrays as another setup holds them
+        (``Input.converted``), not converted again."""
         strategy, model = (placed.strategy, placed.model) if placed else _placed(task, strategy, placement)
         spec = distribute.cluster_of(strategy)
         feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
         global_batch = task.batch_size * int(strategy.num_replicas_in_sync)
+        if record:
+            _record(task, model, global_batch=global_batch, replicas=int(strategy.num_replicas_in_sync))
         train_data, eval_data = _split(task)
         train = inputs.Input(
             train_data,
@@ -184,8 +187,8 @@ class Setup:
 
     def variant(self, *, model: Any, strategy: Any, batch: int, record: bool = False) -> Setup:
         """This run's setup over ``model`` (this one's, or a ``copy_for``) under ``strategy`` in the
-        global ``batch``; ``record``: what its inputs choose stays said (the setup a tuning
-        switched the run to), else it is forgotten (a trial's)."""
+        global ``batch``; ``record``: say its choices (the setup a tuning switched the run to),
+        else it records none (a trial's)."""
         task = dataclasses.replace(
             self.task,
             model=lambda: model,
@@ -198,7 +201,7 @@ class Setup:
         if record:
             return Setup.build(task, placed=placed, converted=converted)
         with choices.unchanged():
-            return Setup.build(task, placed=placed, converted=converted)
+            return Setup.build(task, placed=placed, record=False, converted=converted)
 
     def precision_for(self) -> tuple[str, str | None]:
         """(the mixed policy to try, why it cannot be tried here: None when it can): bf16 on GPUs
@@ -226,6 +229,21 @@ class Setup:
             "mixed_float16",
             f"GPU compute capability {capability[0]}.{capability[1]}: no Tensor Cores (7.0+)",
         )
+
+
+def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None:
+    import keras
+
+    batched = sources.kind_of(task.train_data) == sources.DATASET
+    choices.record(
+        "global_batch",
+        "from the dataset" if batched else f"{global_batch}",
+        "its batches are global batches, split over the replicas"
+        if batched
+        else f"{task.batch_size} per replica x {replicas} replicas",
+    )
+    if isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer):
+        choices.record("loss_scaling", "dynamic", "fp16 needs it (Keras's LossScaleOptimizer)")
 
 
 def _placed(task: Task, strategy: Any, asked: Placement | None) -> tuple[Any, Any]:

@@ -75,7 +75,6 @@ class Trainer:
                 fix="use jit_compile with GPUs or a single device, or leave it off on the CPU",
             )
         self._callbacks = others
-        self._record_run()
         self._record_steps(options)
         self.loop: Loop = self._loop(options)
         self.tuning: Tuning | None = None  # what tune=True (or a saved tuning) chose
@@ -125,21 +124,6 @@ class Trainer:
             + (f"; not taken: {refused}" if refused else " (XLA for the training step)"),
         )
         return refused is None
-
-    def _record_run(self) -> None:
-        """The run's global batch (and Keras's loss scaling, when fp16 added it) as choices."""
-        import keras
-
-        setup = self.setup
-        choices.record(
-            "global_batch",
-            "from the dataset" if setup.batched else f"{setup.global_batch}",
-            "its batches are global batches, split over the replicas"
-            if setup.batched
-            else f"{setup.task.batch_size} per replica x {setup.replicas} replicas",
-        )
-        if isinstance(setup.model.optimizer, keras.optimizers.LossScaleOptimizer):
-            choices.record("loss_scaling", "dynamic", "fp16 needs it (Keras's LossScaleOptimizer)")
 
     @staticmethod
     def _record_steps(options: TrainOptions) -> None:
@@ -225,7 +209,6 @@ class Trainer:
             model=model, strategy=trial.strategy, batch=trial.global_batch, record=True
         )
         options = self.options
-        self._record_run()
         self._record_steps(options)
         self.loop = self._loop(options)
         after = (self.global_batch, self.replicas, self.model.dtype_policy.name)
