@@ -122,7 +122,7 @@ def test_a_fit_converts_nothing_and_traces_its_execution_once(replicas, monkeypa
 # -- where a model runs: entered through train/placement.py alone (issue 67) ----------------------
 PLACEMENT = "tfgpu.train.placement"
 # the mechanics beneath it: how a model moves or is copied, and a split's copy
-BENEATH = {"tfgpu.train.rehoming": None, "tfgpu.train.split": {"placed", "placed_for", "build"}}
+BENEATH = {"tfgpu.train.rehoming": None, "tfgpu.train.split": {"placed", "build"}}
 SITES = 8  # call sites into placement on a fit's static walk; 25 into train/model.py when filed
 
 

@@ -157,9 +157,14 @@ def _split(model: Any, asked: Any, *, strategy: Any, global_batch: int) -> Place
             value=model.name,
             fix="give the model a keras.Input (or call model.build(input_shape)) before it is split",
         )
-    found = split.placed_for(model, asked, strategy=strategy, global_batch=global_batch)
-    assert found is not None  # asked.splits
-    return Placement(*found)
+    strategy, copy = split.placed(
+        model,
+        devices_per_replica=asked.devices_per_replica or 1,
+        micro_batches=asked.micro_batches,
+        strategy=strategy,
+        batch=global_batch // split.replicas(asked, strategy=strategy),
+    )
+    return Placement(strategy, copy)
 
 
 def moved_in(model: Any, strategy: Any) -> None:

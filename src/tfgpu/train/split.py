@@ -341,17 +341,3 @@ def replicas(placement: Any, *, strategy: Any = None) -> int:
             placement.devices_per_replica or 1, micro_batches=placement.micro_batches, strategy=strategy
         ).groups
     )
-
-
-def placed_for(model: Any, placement: Any, *, strategy: Any, global_batch: int) -> tuple[Any, Any] | None:
-    """``placed(...)`` for a ``placement`` (``options.Placement``) that asks a split, with
-    ``global_batch`` over its replicas; None when it asks none."""
-    if not placement.splits:
-        return None
-    return placed(
-        model,
-        devices_per_replica=placement.devices_per_replica or 1,
-        micro_batches=placement.micro_batches,
-        strategy=strategy,
-        batch=global_batch // replicas(placement, strategy=strategy),
-    )
