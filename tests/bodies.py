@@ -539,9 +539,10 @@ def predict_and_evaluate_from_no_scope() -> dict[str, Any]:
     import numpy as np
 
     import tfgpu
+    from tfgpu.train import model_cache
 
-    def owner(model: Any) -> Any:  # the strategy the model runs under now (Keras's own record)
-        return getattr(model, "_distribute_strategy", None)
+    def owner(model: Any) -> Any:  # the strategy tfgpu ran it under (it is one-device again after)
+        return model_cache.moved_to(model)
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(100, 6)).astype("float32"), rng.integers(0, 3, 100)
@@ -571,3 +572,55 @@ def predict_and_evaluate_from_no_scope() -> dict[str, Any]:
         out[f"keras_predict_{when}"] = twin.predict(x, batch_size=16, verbose=0).tolist()
         out[f"keras_evaluate_{when}"] = twin.evaluate(x, y, batch_size=16, verbose=0)
     return out
+
+
+def fits_under_op_determinism(how: str) -> dict[str, Any]:
+    """Issue 74: under op determinism (``how``: "recipe", a reproducibility recipe's
+    ``set_random_seed`` and ``enable_op_determinism``; "configure", ``TFGPU_DETERMINISTIC=1``
+    read by ``tfgpu.configure``), two runs of the same fit, evaluate and predict on one device and
+    on this process's 2 logical CPUs: each run's figures, for the test to compare bit for bit."""
+    import keras
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow.python.framework import config
+
+    import tfgpu
+
+    if how == "recipe":
+        keras.utils.set_random_seed(7)
+        tf.config.experimental.enable_op_determinism()
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(96, 6)).astype("float32"), rng.integers(0, 3, 96)
+
+    def run(strategy: Any) -> dict[str, Any]:
+        keras.utils.set_random_seed(7)
+        with strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope():
+            model = keras.Sequential(
+                [
+                    keras.Input((6,)),
+                    keras.layers.Dense(16, activation="relu"),
+                    keras.layers.Dropout(0.2),
+                    keras.layers.Dense(3),
+                ]
+            )
+            model.compile(
+                optimizer=keras.optimizers.Adam(0.01),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=["accuracy"],
+            )
+        history = tfgpu.fit(model, x, y, batch_size=24, epochs=2, verbose=0, validation_split=0.25)
+        return {
+            "replicas": int(history.train_result.replicas),
+            "weights": model.get_weights(),
+            "history": history.history,
+            "verdict": history.train_result.sentence(),
+            "evaluate": tfgpu.evaluate(model, x, y, batch_size=16, verbose=0),
+            "predict": tfgpu.predict(model, x, batch_size=16, verbose=0),
+        }
+
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    return {
+        "determinism": bool(config.is_op_determinism_enabled()),
+        "one": [run(one), run(one)],
+        "two": [run(None), run(None)],
+    }

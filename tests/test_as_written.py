@@ -449,15 +449,21 @@ def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(mon
 
     from tfgpu.train import proof
 
-    stepped = proof._step
+    stepper = proof._replicas_step
 
     def out_of_memory(strategy, model, batch):
         if strategy.num_replicas_in_sync == 1:
-            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,4]")
-        return stepped(strategy, model, batch)
+
+            def step(batch):
+                raise tf.errors.ResourceExhaustedError(
+                    None, None, "OOM when allocating tensor with shape[4,4]"
+                )
+
+            return step
+        return stepper(strategy, model, batch)
 
     x, y = regression()
-    monkeypatch.setattr(proof, "_step", out_of_memory)
+    monkeypatch.setattr(proof, "_replicas_step", out_of_memory)
     with local_strategy(2).scope():
         model = small("mse")
     history = tfgpu.fit(model, x, y, **FIT)
@@ -512,12 +518,11 @@ def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
     assert tfgpu.fit(once, x, y, **FIT).train_result.proof is None  # proved once per compiled state
 
 
-def test_a_loss_over_its_own_count_that_is_0_over_0_on_zeros_is_not_checked_not_said_to_differ(
-    caplog, clean_choices
-):
+def test_a_loss_over_its_own_count_is_checked_on_a_datasets_own_first_batch(caplog, clean_choices):
     """keras-io's NER loss divides by the batch's non-padding tokens: on the batch of zeros the
-    proof steps on for a Dataset it is 0/0, and the proof said "do not train as one device ...: ."
-    with no figure, a warning about nothing. It now says why it did not check."""
+    proof stepped on for a Dataset it was 0/0 ("do not train as one device ...: ." with no figure,
+    then "not checked"). The proof now steps on the dataset's own first batch (issue 74), where it
+    is finite: checked, and it agrees."""
     x, y = regression()
     y = np.abs(y) + 1.0  # every real row counts
 
@@ -531,7 +536,7 @@ def test_a_loss_over_its_own_count_that_is_0_over_0_on_zeros_is_not_checked_not_
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     with caplog.at_level("WARNING", logger="tfgpu"):
         proof = tfgpu.fit(model, data, strategy=local_strategy(2), epochs=1, verbose=0).train_result.proof
-    assert proof.status == "not checked" and "not finite" in proof.sentence, proof
+    assert proof.status == "agree", proof
     assert not [r for r in caplog.records if "do not train as one device" in r.getMessage()]
 
 

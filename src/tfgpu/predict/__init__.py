@@ -43,10 +43,12 @@ def predict(
         output, batch_size = batch_size, None
     if output is None:
         from tfgpu.predict.memory import predict_arrays
+        from tfgpu.train import placement
 
-        return predict_arrays(
-            model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **options
-        )
+        with placement.handed_back(model):  # a one-device Keras model again after, as its user made it
+            return predict_arrays(
+                model, x, batch_size=batch_size, verbose=verbose, steps=steps, callbacks=callbacks, **options
+            )
     if batch_size is not None or steps is not None or callbacks is not None:
         raise ConfigError(
             "batch_size, steps and callbacks are model.predict's; prediction to a directory takes options=",

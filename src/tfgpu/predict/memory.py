@@ -237,9 +237,10 @@ def _compiled(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bo
     of every ``tfgpu.predict`` on a small MLP. The iterator is an argument, so a new one of the
     same structure reuses the trace.
     """
+    from tfgpu import graphs
     from tfgpu.train import model_cache
 
-    key = ("predict", strategy, per_call, arrays, str(spec))  # shapes, dtypes and structure
+    key = ("predict", strategy, per_call, arrays, str(spec), graphs.eager(model))  # shapes, dtypes, structure
     return model_cache.function(
         model, key, lambda: _trace(strategy, model, per_call=per_call, spec=spec, arrays=arrays)
     )
@@ -250,6 +251,7 @@ def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool)
     import tensorflow as tf
     from keras.src.backend import compute_output_spec  # what Keras's own symbolic build uses
 
+    from tfgpu import graphs
     from tfgpu.train.execution import growing_array, in_graph_loop, local_rows
 
     # arrays are x alone; a dataset's elements are what Keras's predict_step unpacks: x, or (x, y...)
@@ -266,7 +268,6 @@ def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool)
 
     limit = tf.constant(per_call, tf.int32)
 
-    @tf.function(autograph=False)
     def call(iterator: Any) -> Any:
         out = in_graph_loop(
             iterator,
@@ -276,4 +277,4 @@ def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool)
         )
         return out.steps, tf.nest.map_structure(lambda a: a.concat(), out.state)
 
-    return call
+    return graphs.traced(call, model=model)

@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from tfgpu import graphs
 from tfgpu.train import accumulation, losses, model_cache
 
 
@@ -240,7 +241,8 @@ def compiled(
             return metrics_reader(model)
         return train_execution(strategy, model, jit_compile=jit_compile, known=known, extras=extras)
 
-    return model_cache.function(model, (name, strategy, jit_compile, known, extras), make)
+    key = (name, strategy, jit_compile, known, extras, graphs.eager(model))
+    return model_cache.function(model, key, make)
 
 
 def train_execution(
@@ -255,7 +257,7 @@ def train_execution(
         accumulation.enable(model.optimizer)  # Keras's own fails there (keras-team/keras#20582)
     # each replica's losses scaled by its share of the rows
     step = losses.sharing(model.train_step) if extras.sharing else model.train_step
-    if jit_compile:
+    if jit_compile and not graphs.eager(model):  # Keras's compile turns XLA off when run eagerly
         step = tf.function(step, jit_compile=True, autograph=False)
     step_logs = StepLogs(strategy, model)
     one = tf.constant(1.0)
@@ -274,7 +276,6 @@ def train_execution(
             step_logs.update(outputs, last) if extras.step_logs else last,
         )
 
-    @tf.function(autograph=False)
     def execute(iterator: Any, limit: Any) -> Executed:
         start = (tf.constant(0.0), tf.constant(0.0), step_logs.start())
         out = in_graph_loop(
@@ -292,7 +293,7 @@ def train_execution(
         first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))
         return Executed(out.steps, out.wait, out.first_wait, examples, first_bad, step_logs.result(last))
 
-    return execute
+    return graphs.traced(execute, model=model)
 
 
 def _replicated(strategy: Any) -> bool:
@@ -364,19 +365,16 @@ def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, An
         parts = strategy.experimental_local_results(tf.nest.flatten(batch)[0])
         return step_logs.update(outputs, state, ran=[tf.shape(p)[0] > 0 for p in parts])
 
-    @tf.function(autograph=False)
     def evaluate(iterator: Any, limit: Any) -> Evaluated:
         out = in_graph_loop(iterator, limit, body, step_logs.start())
         return Evaluated(counter.read_value(), out.steps, step_logs.result(out.state))
 
-    return evaluate
+    return graphs.traced(evaluate, model=model)
 
 
 def metrics_reader(model: Any) -> Callable[[], dict[str, Any]]:
     """fn() -> the model's metric results, read outside the replicas in one compiled call."""
-    import tensorflow as tf
-
-    return tf.function(model.get_metrics_result, autograph=False)
+    return graphs.traced(model.get_metrics_result, model=model)
 
 
 # -- timing: the loop's own calls, timed (diagnose and tune=True) ------------------------------
@@ -410,8 +408,10 @@ def timed(
 
 def traced(execute: Any, iterator: Any, *, per_call: int) -> None:
     """Trace ``execute`` (a ``train.execution`` function) for ``iterator`` without running it:
-    what its first call then costs past a steady one is the compile (``tuning``'s XLA)."""
-    execute.get_concrete_function(iterator, limit(per_call))
+    what its first call then costs past a steady one is the compile (``tuning``'s XLA). An
+    execution run eagerly (``graphs.traced``) has nothing to trace."""
+    if hasattr(execute, "get_concrete_function"):
+        execute.get_concrete_function(iterator, limit(per_call))
 
 
 def finished(outputs: Executed) -> None:
@@ -536,6 +536,8 @@ def in_graph_loop(
     import tensorflow as tf
 
     zero = tf.constant(0.0, tf.float64)
+    clock = graphs.clock_readable()
+    measure = measure and clock
     if known:
         return _known_length(iterator, limit, body, state, measure=measure)
 
@@ -544,7 +546,7 @@ def in_graph_loop(
 
     if not fetch_ahead:
         return _fetch_at_top(iterator, limit, body, state, zero)
-    first, first_wait = _timed_fetch(iterator)
+    first, first_wait = _timed_fetch(iterator) if clock else (iterator.get_next_as_optional(), zero)
 
     def more(done: Any, end: Any, optional: Any, wait: Any, state: Any) -> Any:
         if host_stop:

@@ -29,7 +29,7 @@ from typing import Any
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution
+from tfgpu.train import execution, proof
 from tfgpu.train.callbacks import pythonify
 from tfgpu.train.checkpoints import Checkpoints, KeptEpoch, RunShape
 from tfgpu.train.evaluation import Evaluation, evaluator_for
@@ -133,6 +133,9 @@ class Loop:
         # first call, which is warm-up
         self.warmed: set[Any] = set()
         self.last: execution.Executed | None = None  # the last execution's accumulators
+        # the replica proof, on the run's own first batch (set by the Trainer; ``EpochLoop``)
+        self.prove_first = False
+        self.proof: proof.Proof | None = None
         if options.checkpoint_dir:
             self._checkpointed()
 
@@ -393,22 +396,65 @@ class EpochLoop(Loop):
             execution.compiled(self.model, self.setup.strategy, "skip")(iterator, execution.limit(skip))
         ended = False
         per_epoch = source.epoch_length(epoch)
+        counted = self._counted(per_epoch)  # every call takes its limit: the bare loop's shape
+        # looked up once an epoch, not each call (the lookup checks the model's compiled state:
+        # its layers and variables); before the proof, which steps as the execution's step does
+        execute = self._execution(known=counted is not None and source.counted)
         try:
-            ended = self._train_steps(run, iterator, steps, per_epoch=per_epoch, callbacks=callbacks)
+            if self.prove_first and not skip and self.counters.epoch_step == 0:
+                self._prove(iterator, callbacks)
+            ended = self._train_steps(
+                run,
+                iterator,
+                steps,
+                per_epoch=per_epoch,
+                counted=counted,
+                execute=execute,
+                callbacks=callbacks,
+            )
             return ended
         finally:
             exhausted = ended and (per_epoch is None or self.counters.epoch_step < per_epoch)
             source.stopped_at(iterator, epoch, self.counters.epoch_step, exhausted=exhausted)
 
+    def _prove(self, iterator: Any, callbacks: Any) -> None:
+        """``train.proof`` on the run's own first batch, taken from the epoch's iterator and
+        trained on there as the loop's first step: the data is read once, as the run reads it
+        (a dataset's shuffle, a generator), whatever its kind. Once a run."""
+        self.prove_first = False
+        strategy = self.setup.strategy
+        found = proof.unchecked(self.model, strategy)
+        if found is None:
+            try:
+                batch = next(iterator)
+            except StopIteration:  # no batch: the loop says so
+                return
+            hooks = callback_setup.has_batch_hooks(callbacks)
+            if hooks:
+                callbacks.on_train_batch_begin(0)
+            found = proof.prove(self.model, strategy, batch, then_train=True)
+            self.counters.advance(1)
+            if hooks:
+                callbacks.on_train_batch_end(
+                    0, pythonify(execution.compiled(self.model, strategy, "metrics")())
+                )
+        self.proof = found
+        if self.setup.is_chief:  # the same sentence on every worker (Ray prints each worker's lines)
+            (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
+
     def _train_steps(
-        self, run: RunLog, iterator: Any, steps: int | None, *, per_epoch: int | None, callbacks: Any
+        self,
+        run: RunLog,
+        iterator: Any,
+        steps: int | None,
+        *,
+        per_epoch: int | None,
+        counted: int | None,
+        execute: Any,
+        callbacks: Any,
     ) -> bool:
         counters, epoch = self.counters, self.counters.epoch
-        counted = self._counted(per_epoch)  # every call takes its limit: the bare loop's shape
         length = counted if counted is not None else per_epoch
-        # looked up once an epoch, not each call (the lookup checks the model's compiled state:
-        # its layers and variables)
-        execute = self._execution(known=counted is not None and self.setup.train.counted)
         window = Window(epoch, counters.step)
         epoch_start = True
         batch_hooks = callback_setup.has_batch_hooks(callbacks)

@@ -27,7 +27,8 @@ class _Entry:
     copies: dict[Any, list[Any]] = field(default_factory=dict)  # key -> [copy, state it follows]
     # the data structures whose labels the compiled loss was checked against (``building.build``)
     checked: set[str] = field(default_factory=set)
-    rehomed: bool = False  # tfgpu moved the model into a strategy's scope (it may move it again)
+    # the strategy tfgpu moved the model into (it may move it again; ``sent_home`` keeps it)
+    moved_to: Any = None
     proved: list[Any] = field(default_factory=list)  # the strategies ``train.proof`` compared on
 
 
@@ -113,12 +114,18 @@ def mark_checked(model: Any, spec: str) -> None:
 
 def rehomed(model: Any) -> bool:
     """True when tfgpu moved ``model`` into a strategy (``rehoming.rehome``): it may move it again."""
+    return moved_to(model) is not None
+
+
+def moved_to(model: Any) -> Any:
+    """The strategy tfgpu last moved ``model`` into, or None: the one its next call places it in
+    when its user passes none (a new strategy each call would move and trace it again)."""
     entry = _kept(model)
-    return entry is not None and entry.rehomed
+    return None if entry is None else entry.moved_to
 
 
-def mark_rehomed(model: Any) -> None:
-    _entry(model).rehomed = True
+def mark_rehomed(model: Any, strategy: Any) -> None:
+    _entry(model).moved_to = strategy
 
 
 def functions(model: Any) -> dict[Any, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 from tfgpu import distribute
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
-from tfgpu.train import sources, split
+from tfgpu.train import model_cache, sources, split
 from tfgpu.train.rehoming import (
     adopt_optimizer,
     back,
@@ -38,6 +38,7 @@ from tfgpu.train.rehoming import (
     rehome,
     rehomed,
     rekey_optimizer,
+    sent_home,
     transfer,
 )
 
@@ -45,6 +46,7 @@ __all__ = [
     "Placement",
     "copy_in",
     "give_back",
+    "handed_back",
     "lent",
     "moved_in",
     "place",
@@ -64,8 +66,9 @@ class Placement:
 
 
 def _owner(model: Any) -> Any | None:
-    """The strategy whose scope the model was created in; None: no strategy's."""
-    return getattr(model, "_distribute_strategy", None)
+    """The strategy whose scope the model was created in, or the one tfgpu moved it into (also
+    once ``sent_home``); None: no strategy's."""
+    return getattr(model, "_distribute_strategy", None) or model_cache.moved_to(model)
 
 
 def _fits(model: Any, strategy: Any) -> bool:
@@ -129,9 +132,9 @@ def _decided(model: Any, strategy: Any, choose: Callable[[], Any] | None) -> Pla
     import tensorflow as tf
 
     made_in = _owner(model)
-    if strategy is None:
-        if made_in is not None:
-            return Placement(made_in, model)
+    if strategy is None and made_in is not None:
+        strategy = made_in
+    elif strategy is None:
         chosen = choose() if choose is not None else None
         if chosen is None or (int(chosen.num_replicas_in_sync) == 1 and not distribute.spans_workers(chosen)):
             return Placement(tf.distribute.get_strategy(), model)
@@ -165,6 +168,21 @@ def _split(model: Any, asked: Any, *, strategy: Any, global_batch: int) -> Place
         batch=global_batch // split.replicas(asked, strategy=strategy),
     )
     return Placement(strategy, copy)
+
+
+@contextlib.contextmanager
+def handed_back(model: Any) -> Iterator[None]:
+    """What a verb of tfgpu's (``fit``, ``evaluate``, ``predict``) does with the user's model,
+    then the model given back as its user made it, on success or failure: one moved into the
+    strategy tfgpu chose is a one-device Keras model again (``rehoming.sent_home``), so Keras's
+    own methods after the call (``predict_on_batch``, ``train_on_batch``, a second ``compile``,
+    ``model.fit``) run as they would have without tfgpu. tfgpu's next call takes it back into the
+    same strategy, its compiled steps still valid."""
+    try:
+        yield
+    finally:
+        if model_cache.rehomed(model):
+            sent_home(model)
 
 
 def moved_in(model: Any, strategy: Any) -> None:

@@ -14,6 +14,9 @@ value, as ``rehoming.rehome`` does), the same step runs once on the same rows, a
 variables are given back untouched. The updates (after - before) and the logged figures are
 compared. What cannot agree exactly is said and not checked: random numbers drawn in training
 (Dropout's masks), BatchNormalization's per-replica statistics, several workers.
+
+The batch is the run's own first one, taken from its iterator by the loop (``loop.EpochLoop``),
+which then trains on it here (``then_train``): the data is read once, as the run reads it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from tfgpu import graphs
 from tfgpu.train import model_cache, placement
 
 log = logging.getLogger(__name__)
@@ -55,26 +59,51 @@ def proved(model: Any, strategy: Any) -> bool:
     return model_cache.proved(model, strategy)
 
 
-def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "the first batch") -> Proof:
+def prove(model: Any, strategy: Any, batch: Any, *, then_train: bool = False) -> Proof:
     """Compare one step of ``model`` on ``strategy``'s replicas and on one device, from the same
-    state, on the rows of ``batch()`` (one distributed batch, described by ``rows``); leaves every
-    variable as it was."""
-    replicas = strategy.num_replicas_in_sync
+    state, on the first rows of ``batch`` (the run's own first distributed batch, whatever the
+    data: arrays, a dataset, a PyDataset, a generator); leaves every variable as it was. With
+    ``then_train`` the model then takes its step on the whole batch on the replicas, as the loop
+    would have: the loop hands its first batch over, so none is lost or repeated (before, a
+    dataset was compared on a batch of zeros, to leave it unread: a loss with a square root was
+    NaN there, and a step that doubled its gradient went unsaid). The replicas' step is traced
+    once for both (its batch dimension left free)."""
+    step = _replicas_step(strategy, model, batch)
+    try:
+        return _proved(model, strategy, batch, step)
+    finally:
+        if then_train:
+            step(batch)
+
+
+def unchecked(model: Any, strategy: Any) -> Proof | None:
+    """The proof's answer when the comparison cannot run for this model and strategy (several
+    workers, random numbers drawn in training...), said without reading any data; else None."""
     reason = _not_checkable(model, strategy)
-    if reason:
-        return Proof("not checked", f"not checked: {reason}", replicas)
+    return (
+        None
+        if reason is None
+        else Proof("not checked", f"not checked: {reason}", strategy.num_replicas_in_sync)
+    )
+
+
+def _proved(model: Any, strategy: Any, batch: Any, step: Callable[[Any], None]) -> Proof:
     import tensorflow as tf
 
+    replicas = strategy.num_replicas_in_sync
+    found = unchecked(model, strategy)
+    if found is not None:
+        return found
     variables = placement.step_variables(model)
     before = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
     try:
-        local, whole = _rows(strategy, batch())
-        logged_n = _step(strategy, model, local)
+        local, whole = _rows(strategy, batch)
+        logged_n = _logged(model, step, local)
         after_n = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
         _assign(variables, before)
         one = tf.distribute.OneDeviceStrategy(_first_device(strategy))
         with placement.lent(model, variables, one, values=before):
-            logged_1 = _step(one, model, whole)
+            logged_1 = _logged(model, _replicas_step(one, model, whole), whole)
             after_1 = [np.array(tf.convert_to_tensor(v._value)) for v in variables]
     except tf.errors.ResourceExhaustedError:
         _assign(variables, before)
@@ -89,8 +118,7 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
         from tfgpu import usercode
 
         said = usercode.one_line(error)[:300]  # a TensorFlow error's cause, not "Graph execution error:"
-        on = "" if rows == "the first batch" else f" (it stepped on {rows}, not your data)"
-        log.warning("tfgpu could not compare the replicas' first step with one device's%s: %s", on, said)
+        log.warning("tfgpu could not compare the replicas' first step with one device's: %s", said)
         return Proof("not checked", f"not checked: the comparison failed ({said})", replicas)
     finally:
         for metric in model.metrics:
@@ -100,10 +128,9 @@ def prove(model: Any, strategy: Any, batch: Callable[[], Any], *, rows: str = "t
     trained = [i for i, v in enumerate(variables) if v.trainable]
     from tfgpu.train.model import looked_up
 
-    found = _compare(
+    return _compare(
         variables, trained, before, after_n, after_1, logged_n, logged_1, replicas, looked_up(model)
     )
-    return dataclasses.replace(found, sentence=found.sentence.replace("the first batch", rows))
 
 
 SPARSE_CAUSE = (
@@ -114,24 +141,6 @@ SPARSE_CAUSE = (
     "example (broadcast the positions to the batch before the lookup) or slice the weight densely "
     "(layer.embeddings[:maxlen]) to train as one device"
 )
-
-
-def zeros(strategy: Any, spec: Any) -> Any:
-    """A distributed batch of zeros shaped like ``spec`` (one replica's element spec; an unknown
-    batch dimension is ``ROWS_PER_REPLICA``, any other unknown one 1): what the comparison steps
-    on when reading the user's dataset again would move it (a reshuffling dataset's next
-    iterator reads its next order; a generator gives each batch once)."""
-    import tensorflow as tf
-
-    def leaf(s: Any) -> Any:
-        if s is None:
-            return None
-        shape = [d if d is not None else (ROWS_PER_REPLICA if i == 0 else 1) for i, d in enumerate(s.shape)]
-        return tf.fill(shape, "") if s.dtype == tf.string else tf.zeros(shape, s.dtype)
-
-    return strategy.experimental_distribute_values_from_function(
-        lambda ctx: tf.nest.map_structure(leaf, spec)
-    )
 
 
 def _not_checkable(model: Any, strategy: Any) -> str | None:
@@ -174,29 +183,66 @@ def _rows(strategy: Any, batch: Any) -> tuple[Any, Any]:
     return local, whole
 
 
-def _step(strategy: Any, model: Any, batch: Any) -> dict[str, float]:
-    """Run the model's ``train_step`` once, as the loop runs it; its metrics' results after."""
-    import tensorflow as tf
-
+def _replicas_step(strategy: Any, model: Any, batch: Any) -> Callable[[Any], None]:
+    """fn(batch): the model's ``train_step`` run once on ``strategy``, as the loop runs it, for
+    any rows of ``batch``'s structure (one trace: its batch dimension is left free where every
+    part is a plain tensor)."""
     from tfgpu.train import losses
 
-    for metric in model.metrics:
-        metric.reset_state()
-
-    # traced, as the loop runs it: eagerly, an LSTM's step on 3 replicas took a minute (op by op in
-    # each replica's thread); TensorFlow's warning of a tf.function made per call is for a loop
-    @tf.function(autograph=False)
-    def run(batch: Any) -> None:
+    def step(batch: Any) -> None:
         with losses.scaled_as_one_device():
             losses.run(strategy, losses.sharing(model.train_step), batch)
 
-    tf_log = logging.getLogger("tensorflow")
-    level = tf_log.level
-    tf_log.setLevel(logging.ERROR)
+    if graphs.eager(model):  # as the loop runs it
+        return step
+    import tensorflow as tf
+
+    # traced, as the loop runs it: eagerly, an LSTM's step on 3 replicas took a minute (op by op in
+    # each replica's thread); TensorFlow's warning of a tf.function made per call is for a loop
+    signature = _free_rows(batch)
+    traced = tf.function(step, autograph=False, input_signature=None if signature is None else [signature])
+
+    def quietly(batch: Any) -> None:
+        tf_log = logging.getLogger("tensorflow")
+        level = tf_log.level
+        tf_log.setLevel(logging.ERROR)
+        try:
+            traced(batch)
+        finally:
+            tf_log.setLevel(level)
+
+    return quietly
+
+
+def _free_rows(batch: Any) -> Any:
+    """``batch``'s type, its first dimension free (a batch of any rows takes one trace); None
+    where a part is not a plain tensor (ragged, sparse, absent): traced per shape then."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import values
+
+    def free(spec: Any) -> Any:
+        if not isinstance(spec, tf.TensorSpec) or spec.shape.rank in (None, 0):
+            raise TypeError(spec)
+        return tf.TensorSpec([None, *spec.shape[1:]], spec.dtype)
+
+    def part(value: Any) -> Any:
+        if isinstance(value, values.PerReplica):
+            return values.PerReplicaSpec(*[free(s) for s in value._type_spec._value_specs])
+        if isinstance(value, tf.Tensor):
+            return free(tf.TensorSpec.from_tensor(value))
+        raise TypeError(value)
+
     try:
-        run(batch)
-    finally:
-        tf_log.setLevel(level)
+        return tf.nest.map_structure(part, batch)
+    except TypeError:
+        return None
+
+
+def _logged(model: Any, step: Callable[[Any], None], batch: Any) -> dict[str, float]:
+    """``step(batch)`` from fresh metrics; the metrics' results after."""
+    for metric in model.metrics:
+        metric.reset_state()
+    step(batch)
     logged = {}
     for metric in model.metrics:
         result = metric.result()

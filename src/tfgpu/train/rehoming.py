@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from typing import Any
 
 from tfgpu import choices
@@ -48,46 +48,144 @@ def check_keras_variables() -> None:
 
 def rehome(model: Any, strategy: Any) -> Any:
     """``model`` itself, its state moved into ``strategy``'s scope in place: each Keras variable
-    (weights, statistics, seeds, the optimizer's and metrics' state) given a new backing
+    (weights, statistics, seeds, the optimizers' and metrics' state) given a new backing
     ``tf.Variable`` made in the scope (a MirroredVariable under MirroredStrategy) holding its
     value. Nothing is cloned, so what cloning cannot re-create trains as written: a custom layer
     without a full ``get_config``, a ``Lambda`` over a Python function, a loss or metric that is
     a Python function, a subclassed model (keras-io's VAE, WGAN-GP, Distiller). Keras's own
     ``fit`` on such a functional model, re-homed so, equals the model built in the scope to 0.0
     on 2 replicas. A metric's state (summed over replicas when read) starts at zero, as Keras
-    resets it at each epoch anyway."""
-    import tensorflow as tf
+    resets it at each epoch anyway.
 
+    The optimizers are the user's own objects, moved like the rest, used or not: the one they
+    hold counts its iterations and takes the learning rate they set (a new one made from the
+    config left theirs at 0 iterations, ignored a rate set through it between two fits, and
+    failed on a subclass whose ``get_config`` leaves out an ``__init__`` argument). A model
+    ``sent_home`` after an earlier call takes back the variables it had in ``strategy``."""
     check_keras_variables()
-    adopt_optimizer(model, strategy)  # unused, made outside: made again in the scope
-    held = [o for o in optimizers(model) if o.built]
+    held = optimizers(model)
     state = {id(v): v for v in model.variables}
-    for optimizer in held:
+    for optimizer in optimizers_of(held):
         state.update({id(v): v for v in optimizer.variables})
     state.update({id(v): v for v in metric_state(model)})
+    _returned(state.values(), strategy)
     keyed = optimizer_keys(held, state.values())
-    # moved already: a second call moves only what was made since (a re-compile's)
-    moving = [v for v in state.values() if not strategy.extended.variable_created_in_scope(v._value)]
-    # read outside the scope: a model tfgpu moved into another strategy before (predict's choice,
-    # then a fit given its own) holds that strategy's variables, which cannot be read in this one's
-    values = [tf.convert_to_tensor(v._value) for v in moving]
-    with strategy.scope():
-        for variable, value in zip(moving, values, strict=True):
-            summed = variable.synchronization == "on_read" and variable.aggregation == "sum"
-            back(variable, tf.zeros_like(value) if summed else value)
+    moved = _moved(state.values(), strategy)
     model._distribute_strategy = strategy
     rekey_optimizer(keyed)
-    if moving:  # a compiled step captured the old variables: it would update those, not these
+    if moved:  # a compiled step captured the old variables: it would update those, not these
         model_cache.forget(model)
+    _forget_keras_functions(model)
     for inner in optimizers_of(held):
         inner._distribution_strategy = strategy
-    model_cache.mark_rehomed(model)
+    model_cache.mark_rehomed(model, strategy)
     choices.record(
         "model",
         f"moved into {type(strategy).__name__}'s scope",
         "it was created outside it; trained in place",
     )
     return model
+
+
+def _moved(variables: Iterable[Any], strategy: Any) -> int:
+    """Give each of ``variables`` not made in ``strategy``'s scope a backing variable made there,
+    holding its value (a sum over replicas starting at zero); returns how many moved. Moved
+    already: a second call moves only what was made since (a re-compile's)."""
+    import tensorflow as tf
+
+    moving = [v for v in variables if not strategy.extended.variable_created_in_scope(v._value)]
+    # read outside the scope: a model tfgpu moved into another strategy before (predict's choice,
+    # then a fit given its own) holds that strategy's variables, which cannot be read in this one's
+    values = [tf.convert_to_tensor(v._value) for v in moving]
+    with strategy.scope():
+        for variable, value in zip(moving, values, strict=True):
+            back(variable, tf.zeros_like(value) if _summed(variable) else value)
+    for variable in moving:
+        vars(variable).pop(_AWAY, None)
+    return len(moving)
+
+
+def _summed(variable: Any) -> bool:
+    """A variable each replica adds to and that is summed when read (Keras's metrics' state)."""
+    return variable.synchronization == "on_read" and variable.aggregation == "sum"
+
+
+_AWAY = "_tfgpu_away"  # on a Keras variable sent home: the strategy's variable it takes back
+
+
+def sent_home(model: Any) -> None:
+    """``model``, which tfgpu moved into a strategy of one process's replicas, made a one-device
+    Keras model again, as its user made it: Keras's own methods after ``tfgpu.fit`` then run as
+    on one device (``predict_on_batch`` of 32 rows gave 64 under the strategy tfgpu chose, as
+    Keras's gives under any strategy; a second ``compile`` outside a scope failed at its first
+    ``train_on_batch``). Each Keras variable is given its first replica's variable (a plain
+    ``tf.Variable`` holding the value; a sum over replicas gathered into it), and keeps the
+    strategy's variable for ``rehome`` to take back with the values its user gave it meanwhile:
+    nothing is copied to a second place in memory and tfgpu's compiled steps stay valid.
+
+    A model made in the user's own strategy scope, or moved across parameter servers (its
+    variables live there), stays as it is."""
+    import tensorflow as tf
+
+    strategy = model_cache.moved_to(model)
+    if strategy is None or getattr(model, "_distribute_strategy", None) is not strategy:
+        return
+    held = optimizers(model)
+    variables = [*model.variables, *(v for o in optimizers_of(held) for v in o.variables)]
+    variables += metric_state(model)
+    mirrored = [v for v in variables if _replicas_of(v._value) is not None]
+    if len(mirrored) < len(variables):  # parameter servers: not one process's replicas
+        return
+    for variable in {id(v): v for v in mirrored}.values():
+        container = variable._value
+        local = _replicas_of(container)
+        value = tf.convert_to_tensor(container)  # a sum over replicas read as one
+        local[0].assign(value)
+        for other in local[1:]:
+            other.assign(tf.zeros_like(value) if _summed(variable) else value)
+        variable._value = local[0]
+        vars(variable)[_AWAY] = container  # alive: the optimizer keys its variables by it
+    model._distribute_strategy = None
+    _forget_keras_functions(model)
+    default = tf.distribute.get_strategy()
+    for inner in optimizers_of(held):
+        inner._distribution_strategy = default
+
+
+def _forget_keras_functions(model: Any) -> None:
+    """Keras's own traced ``train_function`` / ``test_function`` / ``predict_function`` dropped,
+    as its ``compile`` drops them: each captured the variables the model held when it was traced,
+    and one traced before a move read the old ones (``predict_on_batch`` after ``tfgpu.fit`` gave
+    the untrained model's outputs). Keras traces them again at their next call."""
+    for name in ("train_function", "test_function", "predict_function"):
+        if getattr(model, name, None) is not None:
+            setattr(model, name, None)
+
+
+def _returned(variables: Iterable[Any], strategy: Any) -> None:
+    """The variables ``sent_home`` kept for ``strategy``, back in place, every replica holding
+    what the first one holds now (the user may have trained or set it meanwhile)."""
+    for variable in variables:
+        container = vars(variable).get(_AWAY)
+        if container is None or container.distribute_strategy is not strategy:
+            continue
+        local = _replicas_of(container)
+        if variable._value is local[0] and not _summed(variable):
+            for other in local[1:]:
+                other.assign(local[0])
+        variable._value = container
+        del vars(variable)[_AWAY]
+
+
+def _replicas_of(value: Any) -> tuple[Any, ...] | None:
+    """The per-replica variables of a strategy's variable (a MirroredVariable's, a sum over
+    replicas' ...); None for a plain one or one on parameter servers."""
+    import tensorflow as tf
+
+    if not isinstance(value, tf.distribute.DistributedValues):
+        return None
+    local = getattr(value, "_values", None)
+    return tuple(local) if local else None
 
 
 def metric_state(model: Any) -> list[Any]:
@@ -419,32 +517,31 @@ def _copy_trainable(model: Any, clone: Any) -> None:
 
 
 def adopt_optimizer(model: Any, strategy: Any) -> None:
-    """Each optimizer the model holds, made outside ``strategy``'s scope and not yet used, made
-    again inside it.
+    """Each optimizer the model holds, made outside ``strategy``'s scope and not yet used, moved
+    into it in place (its iteration count and learning rate given variables made there): the
+    user's own object, so the rate they set through it later is the one trained with.
 
     The transfer-learning guide compiles a second time outside any scope; the optimizer then
     holds variables of the default strategy (Keras's TF optimizer records the strategy it was made
     under), and building its slots in the scope fails ("Mixing different tf.distribute.Strategy
     objects"). Keras's own ``fit`` fails so too. The optimizers a GAN keeps as attributes are
-    made again the same way, under each name that holds them. An optimizer that has stepped is
-    left alone: its state would be lost.
+    moved the same way. An optimizer that has stepped is left alone.
     """
     import keras
 
-    made: dict[int, Any] = {}
-    for name, optimizer in list(vars(model).items()):
-        if not isinstance(optimizer, keras.optimizers.Optimizer) or optimizer.built:
-            continue
-        if getattr(optimizer, "_distribution_strategy", strategy) is strategy:
-            continue
-        if id(optimizer) not in made:
-            config = optimizer.get_config()  # outside: it reads variables of the strategy it was made under
-            with strategy.scope():
-                made[id(optimizer)] = type(optimizer).from_config(config)
-        setattr(model, name, made[id(optimizer)])
-    if made:
+    moving = [
+        o
+        for o in optimizers(model)
+        if isinstance(o, keras.optimizers.Optimizer)
+        and not o.built
+        and getattr(o, "_distribution_strategy", strategy) is not strategy
+    ]
+    for inner in optimizers_of(moving):
+        _moved(inner.variables, strategy)
+        inner._distribution_strategy = strategy
+    if moving:
         choices.record(
             "optimizer",
-            f"made again in {type(strategy).__name__}'s scope",
-            f"{counted(len(made), 'optimizer')} compiled outside it",
+            f"moved into {type(strategy).__name__}'s scope",
+            f"{counted(len(moving), 'optimizer')} compiled outside it",
         )

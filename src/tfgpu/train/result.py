@@ -112,9 +112,16 @@ class TrainResult:
     warm_up: WarmUp = field(default_factory=WarmUp)
     tuning: Tuning | None = None  # what tune=True chose, and why
     proof: Proof | None = None  # the replicas' first step against one device's (train.proof)
+    # False under op determinism, which forbids the graph's clock (``graphs.clock_readable``)
+    input_wait_measured: bool = True
 
     def sentence(self) -> str:
         """The verdict, saying what it covers: the steady state, or everything when there is none."""
+        if not self.input_wait_measured:
+            return (
+                "input wait not measured: op determinism is on, and it forbids the clock the loop reads "
+                "(tf.timestamp); `tfgpu diagnose` measures it with determinism off"
+            )
         if self.steady is None:
             return f"{self.verdict.sentence()} (no steady state: the run was too short, warm-up included)"
         epochs = self.steady.epochs
@@ -134,6 +141,7 @@ class TrainResult:
             "seconds": round(self.seconds, 3),
             "examples_per_s": round(self.examples_per_s, 1),
             "input_wait_fraction": round(self.input_wait_fraction, 4),
+            "input_wait_measured": self.input_wait_measured,
             "bottleneck": self.verdict.bottleneck,
             "input_bound": self.verdict.input_bound,
             "verdict": self.sentence(),

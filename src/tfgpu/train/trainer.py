@@ -248,9 +248,12 @@ class Trainer:
                 self.tune(epochs=epochs, steps=steps)  # first: it may move the run to another setup
                 if verbose and self.is_chief:
                     print(self.tuning.line())  # before the progress bars, as Keras prints its own
-            if self.proof is None and self.options.prove:
-                self.proof = self._prove()
             loop = self.loop
+            if self.proof is None and self.options.prove and self._prove():
+                if self.setup.parameter_server:  # the comparison runs within one process
+                    self.proof = proof.unchecked(self.setup.model, self.setup.strategy)
+                else:
+                    loop.prove_first = True
             if initial_epoch and not loop.resumed_from and loop.counters.at_start:
                 loop.counters.epoch = initial_epoch
             result = loop.fit(
@@ -259,6 +262,7 @@ class Trainer:
                 callbacks=loop.callback_list(verbose=verbose, epochs=epochs),
                 validation=Validation(validation_freq, validation_steps),
             )
+        self.proof = self.proof or loop.proof
         result.tuning, result.proof = self.tuning, self.proof
         return result
 
@@ -271,25 +275,11 @@ class Trainer:
         found = self.loop.evaluate(data, limit=limit, callbacks=callbacks)
         return {"examples": found.examples, **found.logs}
 
-    def _prove(self) -> proof.Proof | None:
-        """``train.proof`` before the first step: the replicas' step against one device's, on
-        the first batch; said once per model and compiled state."""
+    def _prove(self) -> bool:
+        """Whether the loop compares the replicas' step with one device's on the run's first
+        batch before it trains on it (``train.proof``): on several replicas, at a run's start,
+        once per model and compiled state."""
         setup = self.setup
         if setup.replicas < 2 or self.loop.counters.step or self.resumed_from or setup.direct:
-            return None
-        if proof.proved(setup.model, setup.strategy):
-            return None
-        source = setup.train
-        if source.arrays_given:  # tfgpu's own pipeline over tensors in memory: read again from its start
-            found = proof.prove(setup.model, setup.strategy, lambda: next(source.trial_iterator(None)))
-        else:  # reading the user's data again would move a shuffle, consume a generator, call a data
-            # function once more or read files: zeros of its shape test the scaling as well
-            found = proof.prove(
-                setup.model,
-                setup.strategy,
-                lambda: proof.zeros(setup.strategy, source.spec()),
-                rows="a batch of zeros shaped like the data's",
-            )
-        if setup.is_chief:  # the same sentence on every worker (Ray prints each worker's lines)
-            (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
-        return found
+            return False
+        return not proof.proved(setup.model, setup.strategy)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfgpu import verdict
+from tfgpu import graphs, verdict
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.monitor import Monitor
 from tfgpu.train.callbacks import pythonify
@@ -325,6 +325,7 @@ class RunLog:
             if has_steady
             else None,
             warm_up=self.warm_up(),
+            input_wait_measured=graphs.clock_readable(),
         )
 
 

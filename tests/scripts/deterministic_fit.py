@@ -1,0 +1,42 @@
+"""A reproducibility recipe as its authors write it (``keras.utils.set_random_seed`` and
+``tf.config.experimental.enable_op_determinism()``, the model at module level), trained with
+tfgpu.fit under `tfgpu launch --nproc 2`; each worker saves its weights and the run's verdict.
+
+Usage: deterministic_fit.py OUT
+"""
+
+import json
+import os
+import sys
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfgpu  # sets the launched task up before TensorFlow starts
+
+keras.utils.set_random_seed(11)
+tf.config.experimental.enable_op_determinism()
+
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(96, 6)).astype("float32"), rng.integers(0, 3, 96)
+model = keras.Sequential(
+    [
+        keras.Input((6,)),
+        keras.layers.Dense(16, activation="relu"),
+        keras.layers.Dropout(0.2),
+        keras.layers.Dense(3),
+    ]
+)
+model.compile(
+    optimizer=keras.optimizers.Adam(0.01),
+    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    metrics=["accuracy"],
+)
+history = tfgpu.fit(model, x, y, batch_size=24, epochs=2, verbose=0)
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+name = f"{task['type']}-{task['index']}"
+out = sys.argv[1]
+np.savez(os.path.join(out, f"{name}.npz"), *model.get_weights())
+with open(os.path.join(out, f"{name}.json"), "w") as handle:
+    json.dump({"history": history.history, "verdict": history.train_result.sentence()}, handle)
