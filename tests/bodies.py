@@ -284,16 +284,19 @@ def fit_as_written_on_workers() -> dict[str, Any]:
 
     import tfgpu
     from fit_models import binary_data, binary_model
+    from tfgpu.train import model_cache
 
     x, y = binary_data(101)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(24)
     model = binary_model()  # module level in the script: outside any scope
     history = tfgpu.fit(model, dataset, epochs=2, verbose=0)
+    trained_under = model_cache.moved_to(model)  # the model is one-device again after the fit
     return {
         "weights": model.get_weights(),
         "history": history.history,
-        "multi_worker": isinstance(model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy),
-        "replicas": model.distribute_strategy.num_replicas_in_sync,
+        "multi_worker": isinstance(trained_under, tf.distribute.MultiWorkerMirroredStrategy),
+        "replicas": trained_under.num_replicas_in_sync,
+        "one_device_after": model.distribute_strategy is tf.distribute.get_strategy(),
         "keras": keras.__version__,
     }
 

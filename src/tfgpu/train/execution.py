@@ -70,6 +70,11 @@ def _rows(strategy: Any, batch: Any) -> Any:
     return tf.shape(parts[0])[0] if len(parts) == 1 else tf.add_n([tf.shape(p)[0] for p in parts])
 
 
+def rows_of(strategy: Any, batch: Any) -> int:
+    """The rows of a (distributed) batch on this worker's replicas, read now."""
+    return int(_rows(strategy, batch))
+
+
 def _finite(strategy: Any, outputs: Any) -> Any:
     """1.0 when every local replica's "loss" output is finite, else 0.0 (1.0 when there is none)."""
     import tensorflow as tf

@@ -11,6 +11,7 @@ run to the weights of an uninterrupted one. This module only turns Keras's argum
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -26,6 +27,19 @@ from tfgpu.train.task import Task
 log = logging.getLogger(__name__)
 
 
+def _handed_back(verb: Callable[..., Any]) -> Callable[..., Any]:
+    """``verb(model, ...)`` in ``placement.handed_back(model)``: the user's model is a one-device
+    Keras model again after ``tfgpu.fit`` and ``tfgpu.evaluate``, as its user made it."""
+
+    @functools.wraps(verb)
+    def run(model: Any, *args: Any, **kwargs: Any) -> Any:
+        with placement.handed_back(model):
+            return verb(model, *args, **kwargs)
+
+    return run
+
+
+@_handed_back
 def fit(
     model: Any,
     x: Any = None,
@@ -128,32 +142,31 @@ def fit(
     validation = None if validation_data is None else sources.validation(validation_data, model=model)
     keras_args.check_auto_batch(batch_size, train)
     batch = None if batch_size == "auto" else batch_size
-    with placement.handed_back(model):  # a one-device Keras model again after, as its user made it
-        placed = _placed(model, x, strategy, options, lambda replicas: train.per_replica(batch, replicas))
-        trained = placed.model
-        task = Task(
-            model=lambda: trained,
-            train_data=train.data,
-            eval_data=None if validation is None else validation.data,
-            batch_size=train.per_replica(batch, int(placed.strategy.num_replicas_in_sync)),
-            steps_per_epoch=steps_per_epoch,
-            seed=keras_args.shuffle_seed(seed),
-            shuffle=bool(shuffle),
-            callbacks=(*(callbacks or ()), *train.epoch_hooks()),
-            class_weight=class_weight,
-            validation_split=validation_split,
-        )
-        keras_args.check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
-        trainer = Trainer(task, placed=placed, options=options)
-        keras_args.say_per_batch(acting, per_batch, trained)
-        result = trainer.fit(
-            epochs=epochs,
-            initial_epoch=initial_epoch,
-            verbose=verbose if trainer.is_chief else 0,
-            validation_freq=validation_freq,
-            validation_steps=validation_steps,
-        )
-        return _history(model, trainer.model, result)
+    placed = _placed(model, x, strategy, options, lambda replicas: train.per_replica(batch, replicas))
+    trained = placed.model
+    task = Task(
+        model=lambda: trained,
+        train_data=train.data,
+        eval_data=None if validation is None else validation.data,
+        batch_size=train.per_replica(batch, int(placed.strategy.num_replicas_in_sync)),
+        steps_per_epoch=steps_per_epoch,
+        seed=keras_args.shuffle_seed(seed),
+        shuffle=bool(shuffle),
+        callbacks=(*(callbacks or ()), *train.epoch_hooks()),
+        class_weight=class_weight,
+        validation_split=validation_split,
+    )
+    keras_args.check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
+    trainer = Trainer(task, placed=placed, options=options)
+    keras_args.say_per_batch(acting, per_batch, trained)
+    result = trainer.fit(
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        verbose=verbose if trainer.is_chief else 0,
+        validation_freq=validation_freq,
+        validation_steps=validation_steps,
+    )
+    return _history(model, trainer.model, result)
 
 
 def _placed(
@@ -182,6 +195,7 @@ def _history(model: Any, trained: Any, result: Any) -> Any:
     return history
 
 
+@_handed_back
 def evaluate(
     model: Any,
     x: Any = None,
@@ -218,40 +232,37 @@ def evaluate(
             return_dict=return_dict,
         )
     model_setup.accepted(model, call="tfgpu.evaluate")
-    with placement.handed_back(model):
-        where = placement.place(model, strategy, choose=distribute.strategy, data=x)
-        strategy, placed = where.strategy, where.model
-        data = sources.of(x, y, sample_weight, role="x", model=placed)
-        per_replica = data.per_replica(batch_size, int(strategy.num_replicas_in_sync))
-        task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
-        spec = distribute.cluster_of(strategy)
-        is_chief = spec is None or spec.is_chief
-        feed = distribute.input_strategy(
-            strategy, in_cluster=spec is not None
-        )  # the coordinator's own under PS
-        source = evaluation.input_for(
-            data.data,
-            task,
-            strategy,
-            feed=feed,
-            global_batch=per_replica * int(strategy.num_replicas_in_sync),
+    where = placement.place(model, strategy, choose=distribute.strategy, data=x)
+    strategy, placed = where.strategy, where.model
+    data = sources.of(x, y, sample_weight, role="x", model=placed)
+    per_replica = data.per_replica(batch_size, int(strategy.num_replicas_in_sync))
+    task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
+    spec = distribute.cluster_of(strategy)
+    is_chief = spec is None or spec.is_chief
+    feed = distribute.input_strategy(strategy, in_cluster=spec is not None)  # the coordinator's own under PS
+    source = evaluation.input_for(
+        data.data,
+        task,
+        strategy,
+        feed=feed,
+        global_batch=per_replica * int(strategy.num_replicas_in_sync),
+    )
+    shown = keras_args.verbose_of(verbose) if is_chief else 0
+    listed = None
+    if callbacks or shown:
+        listed = callback_setup.callback_list(
+            callbacks,
+            model=placed,
+            is_chief=is_chief,
+            verbose=shown,
+            epochs=1,
+            steps=steps or source.known_length(),  # arrays: Keras's bar shows "3/8", not "3/Unknown"
+            history=False,
         )
-        shown = keras_args.verbose_of(verbose) if is_chief else 0
-        listed = None
-        if callbacks or shown:
-            listed = callback_setup.callback_list(
-                callbacks,
-                model=placed,
-                is_chief=is_chief,
-                verbose=shown,
-                epochs=1,
-                steps=steps or source.known_length(),  # arrays: Keras's bar shows "3/8", not "3/Unknown"
-                history=False,
-            )
-        logs = evaluation.evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
-        if return_dict:
-            return logs
-        return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure
+    logs = evaluation.evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
+    if return_dict:
+        return logs
+    return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure
 
 
 # -- arguments -------------------------------------------------------------------------------------

@@ -136,6 +136,7 @@ class Loop:
         # the replica proof, on the run's own first batch (set by the Trainer; ``EpochLoop``)
         self.prove_first = False
         self.proof: proof.Proof | None = None
+        self._call_begun = False  # the proof stepped first, and the first call ends its group of K
         if options.checkpoint_dir:
             self._checkpointed()
 
@@ -402,7 +403,7 @@ class EpochLoop(Loop):
         execute = self._execution(known=counted is not None and source.counted)
         try:
             if self.prove_first and not skip and self.counters.epoch_step == 0:
-                self._prove(iterator, callbacks)
+                self._prove(iterator, callbacks, run)
             ended = self._train_steps(
                 run,
                 iterator,
@@ -417,10 +418,12 @@ class EpochLoop(Loop):
             exhausted = ended and (per_epoch is None or self.counters.epoch_step < per_epoch)
             source.stopped_at(iterator, epoch, self.counters.epoch_step, exhausted=exhausted)
 
-    def _prove(self, iterator: Any, callbacks: Any) -> None:
+    def _prove(self, iterator: Any, callbacks: Any, run: RunLog) -> None:
         """``train.proof`` on the run's own first batch, taken from the epoch's iterator and
         trained on there as the loop's first step: the data is read once, as the run reads it
-        (a dataset's shuffle, a generator), whatever its kind. Once a run."""
+        (a dataset's shuffle, a generator), whatever its kind. Once a run. The step counts in
+        the epoch's steps and the run's warm-up; with K steps a call, the first call then takes
+        K - 1, so batch callbacks see the batches Keras's ``fit`` shows them (3, 7, ... at K=4)."""
         self.prove_first = False
         strategy = self.setup.strategy
         found = proof.unchecked(self.model, strategy)
@@ -432,12 +435,16 @@ class EpochLoop(Loop):
             hooks = callback_setup.has_batch_hooks(callbacks)
             if hooks:
                 callbacks.on_train_batch_begin(0)
+            started = time.perf_counter()
             found = proof.prove(self.model, strategy, batch, then_train=True)
+            run.stepped_alone(
+                examples=execution.rows_of(strategy, batch), seconds=time.perf_counter() - started
+            )
             self.counters.advance(1)
-            if hooks:
-                callbacks.on_train_batch_end(
-                    0, pythonify(execution.compiled(self.model, strategy, "metrics")())
-                )
+            self._call_begun = self.options.execution_steps > 1
+            if hooks and not self._call_begun:  # one step a call: this one's call is over
+                logs = execution.compiled(self.model, strategy, "metrics")()
+                callbacks.on_train_batch_end(0, pythonify(logs))
         self.proof = found
         if self.setup.is_chief:  # the same sentence on every worker (Ray prints each worker's lines)
             (log.warning if found.status == "differ" else log.info)("%s", found.sentence)
@@ -466,8 +473,11 @@ class EpochLoop(Loop):
                 run.close(window)
                 return length is not None and counters.epoch_step >= length
             begin = counters.epoch_step
-            if batch_hooks:
+            if self._call_begun:  # the proof took this call's first step (``_prove``)
+                limit = max(1, min(limit, self.options.execution_steps - begin))
+            elif batch_hooks:
                 callbacks.on_train_batch_begin(begin)
+            self._call_begun = False
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
             # with the batches counted every execution takes its limit; otherwise read the count,

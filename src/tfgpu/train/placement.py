@@ -177,12 +177,20 @@ def handed_back(model: Any) -> Iterator[None]:
     strategy tfgpu chose is a one-device Keras model again (``rehoming.sent_home``), so Keras's
     own methods after the call (``predict_on_batch``, ``train_on_batch``, a second ``compile``,
     ``model.fit``) run as they would have without tfgpu. tfgpu's next call takes it back into the
-    same strategy, its compiled steps still valid."""
+    same strategy, its compiled steps still valid. A call that failed under several workers
+    leaves the model where it is: giving it back reads its metrics across the workers, which a
+    failed peer would never answer."""
     try:
         yield
-    finally:
-        if model_cache.rehomed(model):
-            sent_home(model)
+    except BaseException:
+        moved = model_cache.moved_to(model)
+        # a worker that failed does not wait for its peers' collectives: its error is what to see
+        if moved is not None and not distribute.spans_workers(moved):
+            with contextlib.suppress(Exception):
+                sent_home(model)
+        raise
+    if model_cache.rehomed(model):
+        sent_home(model)
 
 
 def moved_in(model: Any, strategy: Any) -> None:

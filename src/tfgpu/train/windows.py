@@ -252,6 +252,15 @@ class RunLog:
             tf.summary.scalar("examples_per_s", rate)
             tf.summary.scalar("input_wait_fraction", wait)
 
+    def stepped_alone(self, *, examples: float, seconds: float) -> None:
+        """One step run outside any execution (the replica proof's, which trains the run's first
+        batch): counted in the run's steps, rows and warm-up seconds and in its epoch's steps,
+        never in a window's steady figures (its seconds hold the comparison's two traces)."""
+        self.examples += examples
+        self.steps_run += 1
+        self.epoch_steps += 1
+        self.tracing_s += seconds
+
     def end_epoch(self, epoch: int, logs: dict[str, Any]) -> None:
         """One history entry: the epoch's logs as Keras's History keeps them, and its steps."""
         self.history.append({"epoch": epoch + 1, "steps": self.epoch_steps, **logs})
