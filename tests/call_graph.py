@@ -65,8 +65,11 @@ def _read(path: Path, known: set[str]) -> Module:
 
 class CallGraph:
     def __init__(self, package: str = "tfgpu.train") -> None:
-        root = PACKAGE / package.removeprefix("tfgpu.").replace(".", "/")
+        # "tfgpu" itself is the package's root (it resolved to src/tfgpu/tfgpu, and read nothing)
+        root = PACKAGE if package == "tfgpu" else PACKAGE / package.removeprefix("tfgpu.").replace(".", "/")
         paths = sorted(root.rglob("*.py"))
+        if not paths:
+            raise ValueError(f"{package} names no module of the package (looked in {root})")
         known = {_module_name(p) for p in PACKAGE.rglob("*.py")}
         self.modules = {m.name: m for m in (_read(p, known) for p in paths)}
         self.methods: dict[str, list[Node]] = {}

@@ -177,6 +177,19 @@ def test_a_fit_enters_placement_from_few_call_sites_and_its_mechanics_never():
     assert beneath == [], beneath
 
 
+def test_a_walk_reads_the_package_it_names():
+    """Issue 77: ``CallGraph("tfgpu")`` resolved to ``src/tfgpu/tfgpu`` and read no module, so
+    the check above that the mechanics are entered from placement alone checked nothing."""
+    from call_graph import PACKAGE, CallGraph
+
+    whole, train = CallGraph("tfgpu"), CallGraph("tfgpu.train")
+    assert len(whole.modules) == len(list(PACKAGE.rglob("*.py")))
+    assert "tfgpu.predict.memory" in whole.modules and "tfgpu.train.placement" in train.modules
+    assert set(train.modules) < set(whole.modules)
+    with pytest.raises(ValueError, match="names no module"):
+        CallGraph("tfgpu.no_such_part")
+
+
 def test_no_state_is_moved_by_hand_outside_the_placement_code():
     """Issue 67: ``set_weights(``, ``copy_optimizer_state(`` and assignments to Keras's private
     strategy attributes (``_distribute_strategy``, an optimizer's ``_distribution_strategy``)
