@@ -582,35 +582,28 @@ def fits_under_op_determinism(how: str) -> dict[str, Any]:
     ``set_random_seed`` and ``enable_op_determinism``; "configure", ``TFGPU_DETERMINISTIC=1``
     read by ``tfgpu.configure``), two runs of the same fit, evaluate and predict on one device and
     on this process's 2 logical CPUs: each run's figures, for the test to compare bit for bit."""
+    import importlib.util
+    from pathlib import Path
+
     import keras
-    import numpy as np
     import tensorflow as tf
     from tensorflow.python.framework import config
 
     import tfgpu
 
+    path = Path(__file__).parent / "scripts" / "deterministic_fit.py"  # its data and model
+    spec = importlib.util.spec_from_file_location("deterministic_fit", path)
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
     if how == "recipe":
         keras.utils.set_random_seed(7)
         tf.config.experimental.enable_op_determinism()
-    rng = np.random.default_rng(0)
-    x, y = rng.normal(size=(96, 6)).astype("float32"), rng.integers(0, 3, 96)
+    x, y = recipe.data()
 
     def run(strategy: Any) -> dict[str, Any]:
         keras.utils.set_random_seed(7)
         with strategy.scope() if strategy is not None else tf.distribute.get_strategy().scope():
-            model = keras.Sequential(
-                [
-                    keras.Input((6,)),
-                    keras.layers.Dense(16, activation="relu"),
-                    keras.layers.Dropout(0.2),
-                    keras.layers.Dense(3),
-                ]
-            )
-            model.compile(
-                optimizer=keras.optimizers.Adam(0.01),
-                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                metrics=["accuracy"],
-            )
+            model = recipe.model()
         history = tfgpu.fit(model, x, y, batch_size=24, epochs=2, verbose=0, validation_split=0.25)
         return {
             "replicas": int(history.train_result.replicas),
