@@ -241,11 +241,7 @@ def evaluate(
     is_chief = spec is None or spec.is_chief
     feed = distribute.input_strategy(strategy, in_cluster=spec is not None)  # the coordinator's own under PS
     source = evaluation.input_for(
-        data.data,
-        task,
-        strategy,
-        feed=feed,
-        global_batch=per_replica * int(strategy.num_replicas_in_sync),
+        data.data, task, strategy, feed=feed, global_batch=per_replica * int(strategy.num_replicas_in_sync)
     )
     shown = keras_args.verbose_of(verbose) if is_chief else 0
     listed = None

@@ -69,11 +69,10 @@ def prove(model: Any, strategy: Any, batch: Any, *, then_train: bool = False) ->
     NaN there, and a step that doubled its gradient went unsaid). The replicas' step is traced
     once for both (its batch dimension left free)."""
     step = _replicas_step(strategy, model, batch)
-    try:
-        return _proved(model, strategy, batch, step)
-    finally:
-        if then_train:
-            step(batch)
+    found = _proved(model, strategy, batch, step)  # every variable put back, whatever it found
+    if then_train:
+        step(batch)
+    return found
 
 
 def unchecked(model: Any, strategy: Any) -> Proof | None:

@@ -64,13 +64,10 @@ def rehome(model: Any, strategy: Any) -> Any:
     ``sent_home`` after an earlier call takes back the variables it had in ``strategy``."""
     check_keras_variables()
     held = optimizers(model)
-    state = {id(v): v for v in model.variables}
-    for optimizer in optimizers_of(held):
-        state.update({id(v): v for v in optimizer.variables})
-    state.update({id(v): v for v in metric_state(model)})
-    _returned(state.values(), strategy)
-    keyed = optimizer_keys(held, state.values())
-    moved = _moved(state.values(), strategy)
+    state = _state(model, held)
+    _returned(state, strategy)
+    keyed = optimizer_keys(held, state)
+    moved = _moved(state, strategy)
     model._distribute_strategy = strategy
     rekey_optimizer(keyed)
     if moved:  # a compiled step captured the old variables: it would update those, not these
@@ -85,6 +82,16 @@ def rehome(model: Any, strategy: Any) -> Any:
         "it was created outside it; trained in place",
     )
     return model
+
+
+def _state(model: Any, held: list[Any]) -> list[Any]:
+    """Each Keras variable of the model's state once: weights, statistics, seeds, the state of
+    the optimizers in ``held`` (and those they wrap) and of the metrics."""
+    found = {id(v): v for v in model.variables}
+    for optimizer in optimizers_of(held):
+        found.update({id(v): v for v in optimizer.variables})
+    found.update({id(v): v for v in metric_state(model)})
+    return list(found.values())
 
 
 def _moved(variables: Iterable[Any], strategy: Any) -> int:
@@ -131,12 +138,10 @@ def sent_home(model: Any) -> None:
     if strategy is None or getattr(model, "_distribute_strategy", None) is not strategy:
         return
     held = optimizers(model)
-    variables = [*model.variables, *(v for o in optimizers_of(held) for v in o.variables)]
-    variables += metric_state(model)
-    mirrored = [v for v in variables if _replicas_of(v._value) is not None]
-    if len(mirrored) < len(variables):  # parameter servers: not one process's replicas
+    state = _state(model, held)
+    if any(_replicas_of(v._value) is None for v in state):  # parameter servers: not one process's replicas
         return
-    for variable in {id(v): v for v in mirrored}.values():
+    for variable in state:
         container = variable._value
         local = _replicas_of(container)
         value = tf.convert_to_tensor(container)  # a sum over replicas read as one

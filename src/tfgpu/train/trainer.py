@@ -249,7 +249,7 @@ class Trainer:
                 if verbose and self.is_chief:
                     print(self.tuning.line())  # before the progress bars, as Keras prints its own
             loop = self.loop
-            if self.proof is None and self.options.prove and self._prove():
+            if self.proof is None and self.options.prove and self._proves():
                 if self.setup.parameter_server:  # the comparison runs within one process
                     self.proof = proof.unchecked(self.setup.model, self.setup.strategy)
                 else:
@@ -275,7 +275,7 @@ class Trainer:
         found = self.loop.evaluate(data, limit=limit, callbacks=callbacks)
         return {"examples": found.examples, **found.logs}
 
-    def _prove(self) -> bool:
+    def _proves(self) -> bool:
         """Whether the loop compares the replicas' step with one device's on the run's first
         batch before it trains on it (``train.proof``): on several replicas, at a run's start,
         once per model and compiled state."""
