@@ -620,3 +620,37 @@ def fits_under_op_determinism(how: str) -> dict[str, Any]:
         "one": [run(one), run(one)],
         "two": [run(None), run(None)],
     }
+
+
+def parameter_server_stopped(directory: str, signal_epoch: int) -> dict[str, Any]:
+    """Chief of 1 chief / 1 ps / 2 workers: train 60 steps (10 an epoch) with a checkpoint_dir;
+    with ``signal_epoch`` >= 0 the chief sends itself SIGTERM at that epoch's end (the
+    coordinator decides the stop between its windows). Returns where it stopped or ended and
+    the optimizer's iterations."""
+    import os
+    import signal
+
+    import keras
+
+    import tfgpu
+    from tasks import make_task
+    from tfgpu.errors import StoppedOnRequest
+
+    class At(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+            if epoch == signal_epoch:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    trainer = tfgpu.Trainer(
+        make_task(12, steps_per_epoch=10, callbacks=[At()]),
+        strategy=tfgpu.strategy(),
+        monitor_gpus=False,
+        log_every=5,
+        checkpoint_dir=directory,
+        checkpoint_every=1000,
+    )
+    try:
+        result = trainer.fit(steps=60)
+    except StoppedOnRequest as stopped:
+        return {"stopped": stopped.step, "iterations": int(trainer.model.optimizer.iterations.numpy())}
+    return {"steps": result.steps, "iterations": int(trainer.model.optimizer.iterations.numpy())}

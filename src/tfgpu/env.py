@@ -39,6 +39,9 @@ ATTEMPT_VARIABLE = "TFGPU_LAUNCH_ATTEMPT"  # set by `tfgpu launch`: 0 first, 1 a
 PODINFO_VARIABLE = "TFGPU_PODINFO"  # the Downward API folder of a Kubernetes pod (default /etc/podinfo)
 HOST_MAP_VARIABLE = "TFGPU_HOST_MAP"  # tests: host names -> "address:port" on this machine
 CACHE_VARIABLE = "TFGPU_CACHE_DIR"  # where tune=True keeps its choices (default ~/.cache/tfgpu)
+STOP_SIGNALS_VARIABLE = "TFGPU_STOP_SIGNALS"  # the signals that ask a training run to stop (SIGTERM)
+STOP_GRACE_VARIABLE = "TFGPU_STOP_GRACE"  # seconds a run asked to stop may take (default 20)
+DEFAULT_STOP_GRACE_S = 20.0
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -144,6 +147,8 @@ def unknown_variables(environ: Mapping[str, str] | None = None) -> list[str]:
         PODINFO_VARIABLE,
         HOST_MAP_VARIABLE,
         CACHE_VARIABLE,
+        STOP_SIGNALS_VARIABLE,
+        STOP_GRACE_VARIABLE,
     }
     return sorted(n for n in environ if n.startswith(PREFIX) and n not in known)
 
@@ -182,3 +187,46 @@ def host_map(environ: Mapping[str, str] | None = None) -> dict[str, tuple[str, i
         raise ConfigError(
             f"Environment variable {HOST_MAP_VARIABLE} cannot be read", value=raw, fix=fix
         ) from None
+
+
+def stop_signals(environ: Mapping[str, str] | None = None) -> tuple[int, ...]:
+    """TFGPU_STOP_SIGNALS: the signals that ask a training run to stop and save (names, comma
+    separated: ``SIGTERM,SIGUSR1``; ``none``: none). Default SIGTERM, what Slurm and Kubernetes
+    send before they stop a job."""
+    import signal
+
+    environ = os.environ if environ is None else environ
+    raw = environ.get(STOP_SIGNALS_VARIABLE, "").strip()
+    if not raw:
+        return (signal.SIGTERM,)
+    if raw.lower() == "none":
+        return ()
+    found = []
+    for name in (part.strip().upper() for part in raw.split(",") if part.strip()):
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        number = getattr(signal.Signals, name, None) if name in signal.Signals.__members__ else None
+        if number is None or name in ("SIGKILL", "SIGSTOP"):
+            raise ConfigError(
+                f"Environment variable {STOP_SIGNALS_VARIABLE} names a signal a run cannot catch",
+                value=raw,
+                fix="name signals such as SIGTERM,SIGUSR1 (or none)",
+            )
+        found.append(int(number))
+    return tuple(dict.fromkeys(found))
+
+
+def stop_grace(environ: Mapping[str, str] | None = None) -> float:
+    """TFGPU_STOP_GRACE: the seconds a run asked to stop may take to finish its call and save
+    before it exits without them (default 20, inside the 30 s Kubernetes and spot machines give)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(STOP_GRACE_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_STOP_GRACE_S
+    value = _parse(STOP_GRACE_VARIABLE, raw, "float")
+    if value <= 0:
+        raise ConfigError(
+            f"Environment variable {STOP_GRACE_VARIABLE} must be a number of seconds above 0",
+            value=raw,
+            fix="set it to e.g. 20",
+        )
+    return value

@@ -35,6 +35,24 @@ class TfgpuError(Exception):
         return " ".join(parts)
 
 
+RESUMABLE = 75  # a run stopped on request and saved: run it again to resume (sysexits' EX_TEMPFAIL)
+
+
+class StoppedOnRequest(SystemExit):
+    """A training run asked to stop (SIGTERM, or a signal named in TFGPU_STOP_SIGNALS) finished
+    its call in flight, saved where it was (``checkpoint``: the path, None when it had no
+    checkpoint_dir) and stopped. A ``SystemExit`` with status ``RESUMABLE``: a script that does
+    not catch it exits with that status, which ``tfgpu launch``, Slurm's requeue and a
+    Kubernetes pod failure policy read as "run me again"."""
+
+    def __init__(self, message: str, *, checkpoint: str | None, step: int) -> None:
+        super().__init__(RESUMABLE)
+        self.message, self.checkpoint, self.step = message, checkpoint, step
+
+    def __str__(self) -> str:
+        return self.message
+
+
 class ConfigError(TfgpuError, ValueError):
     """A setting (argument, flag or TFGPU_* variable) has a value tfgpu cannot use."""
 

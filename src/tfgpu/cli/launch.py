@@ -247,7 +247,9 @@ def run(args: argparse.Namespace) -> int:
     result = launch(config, notify=notify)
     if choices.all_choices():
         _common.err.print(choices.summary_line())
-    if result.interrupted:
+    if result.stopped:
+        pass  # said by notify: stopped on request, resumable
+    elif result.interrupted:
         _common.err.print("tfgpu launch: interrupted; stopped every process")
     elif result.failed:
         _common.err.print(

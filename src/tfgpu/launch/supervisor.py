@@ -6,7 +6,12 @@
   result carries its exit status and its last lines.
 - With ``max_restarts`` every process is restarted with the same cluster; each sees
   TFGPU_LAUNCH_ATTEMPT (0, 1, ...).
-- Ctrl-C (SIGINT) or SIGTERM to the launcher stops every process.
+- SIGTERM or Ctrl-C (SIGINT) to the launcher is passed on to every process, as a request: a
+  training run saves where it is and exits ``errors.RESUMABLE`` (``train.stopping``). The launcher
+  waits for them up to TFGPU_STOP_GRACE plus its own grace, then kills what is left; a second
+  signal kills at once. A run that stopped on request, whether the launcher or one of its
+  processes was signalled, is not a failure: it is not restarted, and the launcher exits
+  ``RESUMABLE`` too, so Slurm's requeue or a pod failure policy can run it again.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from tfgpu import env, quiet
+from tfgpu.errors import RESUMABLE
 from tfgpu.launch import peers
 from tfgpu.launch.plan import LaunchPlan, ProcessPlan
 
@@ -38,6 +44,7 @@ class LaunchResult:
     failed_status: int | None = None
     tail: list[str] = field(default_factory=list)
     interrupted: bool = False
+    stopped: bool = False  # every process stopped on request and saved (exit_code RESUMABLE)
 
 
 class _Running:
@@ -131,13 +138,18 @@ class Supervisor:
         self.sink = sink or default_sink()
         self.notify = notify or (lambda message: None)
         self._stop = threading.Event()
+        self._signal = signal.SIGTERM  # the signal passed on (the one the launcher got)
+        self._hurry = threading.Event()  # a second signal: kill, do not wait
         # with ps tasks, workers and ps serve until the chief is done; a node without the chief
         # watches the chief's address, and stops its servers once the chief has gone
         self._required = {p.label for p in plan.local if not plan.cluster.get("ps") or p.role == "chief"}
         remote_chief = plan.cluster.get("ps") and not any(p.role == "chief" for p in plan.local)
         self._chief_address = plan.cluster["chief"][0] if remote_chief and plan.cluster.get("chief") else None
 
-    def request_stop(self, *_: object) -> None:
+    def request_stop(self, signum: int = signal.SIGTERM, *_: object) -> None:
+        if self._stop.is_set():
+            self._hurry.set()
+        self._signal = signal.Signals(signum)
         self._stop.set()
 
     def run(self) -> LaunchResult:
@@ -149,7 +161,8 @@ class Supervisor:
             attempt = 0
             while True:
                 result = self._attempt(attempt)
-                if result.exit_code == 0 or result.interrupted or attempt >= self.max_restarts:
+                done = result.exit_code == 0 or result.interrupted or result.stopped
+                if done or attempt >= self.max_restarts:
                     result.attempts = attempt + 1
                     return result
                 attempt += 1
@@ -168,10 +181,11 @@ class Supervisor:
         try:
             while True:
                 if self._stop.is_set():
-                    self._stop_all(running)
-                    return LaunchResult(exit_code=130, attempts=attempt + 1, interrupted=True)
+                    return self._passed_on(running, attempt)
                 for proc in running:
                     code = proc.process.poll()
+                    if code == RESUMABLE:  # one was asked (a pod preempted): its peers stop with it
+                        return self._stopping(running, attempt)
                     if code not in (None, 0):
                         self._stop_all(running)
                         proc.reader.join(timeout=5)
@@ -196,11 +210,50 @@ class Supervisor:
             for proc in running:
                 proc.reader.join(timeout=5)
 
-    def _stop_all(self, running: list[_Running]) -> None:
+    def _passed_on(self, running: list[_Running], attempt: int) -> LaunchResult:
+        """The launcher was signalled: the signal goes to every process, as a request."""
+        for proc in running:
+            proc.signal_group(self._signal)
+        result = self._stopping(running, attempt)
+        if result.stopped:
+            return result
+        return LaunchResult(exit_code=128 + int(self._signal), attempts=attempt + 1, interrupted=True)
+
+    def _stopping(self, running: list[_Running], attempt: int) -> LaunchResult:
+        """Processes stopping on request: wait for the ones that run the training (TFGPU_STOP_GRACE
+        and this launcher's grace), then stop the rest. Stopped (``RESUMABLE``) when each
+        exited 0 or RESUMABLE and one of them RESUMABLE."""
+        required = [p for p in running if p.plan.label in self._required] or running
+        deadline = time.monotonic() + env.stop_grace() + self.grace_s
+        while time.monotonic() < deadline and not self._hurry.is_set():
+            if all(p.process.poll() is not None for p in required):
+                break
+            time.sleep(POLL_S)
+        codes = [p.process.poll() for p in required]
+        self._stop_all(running, grace_s=0.0 if self._hurry.is_set() else self.grace_s)
+        if RESUMABLE in codes and all(code in (0, RESUMABLE) for code in codes):
+            self.notify(
+                f"stopped on request; every process saved and exited {RESUMABLE}: run the same "
+                "command again to resume"
+            )
+            return LaunchResult(exit_code=RESUMABLE, attempts=attempt + 1, stopped=True)
+        failed = next(
+            (p for p, code in zip(required, codes, strict=True) if code not in (0, RESUMABLE)), required[0]
+        )
+        status = exit_status(failed.process.returncode or 0)
+        return LaunchResult(
+            exit_code=status or 1,
+            attempts=attempt + 1,
+            failed=failed.plan.label,
+            failed_status=status,
+            tail=list(failed.tail),
+        )
+
+    def _stop_all(self, running: list[_Running], *, grace_s: float | None = None) -> None:
         alive = [p for p in running if p.process.poll() is None]
         for proc in alive:
             proc.signal_group(signal.SIGTERM)
-        deadline = time.monotonic() + self.grace_s
+        deadline = time.monotonic() + (self.grace_s if grace_s is None else grace_s)
         for proc in alive:
             try:
                 proc.process.wait(timeout=max(0.0, deadline - time.monotonic()))

@@ -28,6 +28,8 @@ class Checkpoints:
         self.directory = Path(directory) if directory else None
         self.is_chief = is_chief
         self.checkpoint = tf.train.Checkpoint(**objects)
+        # a checkpoint saved before the metrics' state was kept restores without it
+        self._without_metrics = tf.train.Checkpoint(**{k: v for k, v in objects.items() if k != "metrics"})
         self.manager = None
         if self.directory is not None:
             target = self.directory if is_chief else self.directory / f".{worker}-scratch"
@@ -42,10 +44,14 @@ class Checkpoints:
 
     def restore_latest(self) -> str | None:
         """Restore the chief's latest checkpoint, if any; returns its path."""
+        import tensorflow as tf
+
         path = self.latest()
         if path:
+            kept = any(name.startswith("metrics/") for name, _ in tf.train.list_variables(path))
+            checkpoint = self.checkpoint if kept else self._without_metrics
             try:
-                self.checkpoint.restore(path).assert_existing_objects_matched()
+                checkpoint.restore(path).assert_existing_objects_matched()
             except (AssertionError, ValueError, NotImplementedError) as error:
                 raise _not_this_models(self.directory, path, error) from error
         return path

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tfgpu import graphs
-from tfgpu.train import accumulation, losses, model_cache
+from tfgpu.train import accumulation, losses, model_cache, stopping
 
 
 class Executed(NamedTuple):
@@ -52,6 +52,7 @@ class Executed(NamedTuple):
     examples: Any  # rows this worker's replicas trained on
     first_bad: Any  # the index of the first step with a non-finite loss, or -1
     logs: Any  # the model's metric results (or the step's own outputs: ``StepLogs``)
+    stop: Any = None  # several workers: how many were asked to stop (``stopping.agreed``); else 0
 
 
 class Evaluated(NamedTuple):
@@ -210,6 +211,9 @@ class Extras:
       bool op it was before, which a GPU computes and the loop copies back each step;
       ``in_graph_loop``). Not an extra but the loop's shape: on in every execution,
       off only in the ablation bench's row.
+    - ``stoppable``: a run asked to stop ends the call after its step (``train.stopping``: in
+      one process the loop's condition reads the stop cap each step; under several workers the
+      call ends with the all-reduce that makes them agree).
     """
 
     wait: bool = True
@@ -219,6 +223,7 @@ class Extras:
     sharing: bool = True
     fetch_ahead: bool = True
     host_stop: bool = True
+    stoppable: bool = True
 
 
 ALL = Extras()
@@ -266,6 +271,8 @@ def train_execution(
         step = tf.function(step, jit_compile=True, autograph=False)
     step_logs = StepLogs(strategy, model)
     one = tf.constant(1.0)
+    # several workers agree at the call's end; one process cuts the loop itself (``stopping``)
+    agree = extras.stoppable and _across_workers(strategy)
 
     def body(batch: Any, state: Any, index: Any) -> Any:
         finite_steps, examples, last = state
@@ -292,13 +299,29 @@ def train_execution(
             known=known,
             fetch_ahead=extras.fetch_ahead,
             host_stop=extras.host_stop,
+            stoppable=extras.stoppable and not agree and not _parameter_servers(strategy),
         )
         finite_steps, examples, last = out.state
         done = tf.cast(out.steps, tf.float32)
         first_bad = tf.where(finite_steps < done, finite_steps, tf.constant(-1.0))
-        return Executed(out.steps, out.wait, out.first_wait, examples, first_bad, step_logs.result(last))
+        stop = stopping.agreed(strategy, out.steps) if agree else tf.constant(0.0)
+        logs = step_logs.result(last)
+        return Executed(out.steps, out.wait, out.first_wait, examples, first_bad, logs, stop)
 
     return graphs.traced(execute, model=model)
+
+
+def _parameter_servers(strategy: Any) -> bool:
+    from tfgpu import distribute
+
+    return distribute.is_parameter_server(strategy)
+
+
+def _across_workers(strategy: Any) -> bool:
+    """Several workers in one collective group (MultiWorkerMirrored): where a stop is agreed."""
+    from tfgpu import distribute
+
+    return distribute.spans_workers(strategy) and not distribute.is_parameter_server(strategy)
 
 
 def _replicated(strategy: Any) -> bool:
@@ -501,6 +524,7 @@ def in_graph_loop(
     known: bool = False,
     fetch_ahead: bool = True,
     host_stop: bool = True,
+    stoppable: bool = False,
 ) -> Looped:
     """Run ``state = body(batch, state, index)`` for up to ``limit`` batches of ``iterator``, in the graph.
 
@@ -537,6 +561,9 @@ def in_graph_loop(
 
     ``fetch_ahead=False`` (the ablation bench's row only): fetch at the top of each iteration
     and run the body in a ``tf.cond`` on its presence, the other shape of this loop.
+
+    ``stoppable`` (training, in one process): the condition also reads the stop cap, so a run
+    asked to stop ends the call after the step it is in (``train.stopping``).
     """
     import tensorflow as tf
 
@@ -544,7 +571,7 @@ def in_graph_loop(
     clock = graphs.clock_readable()
     measure = measure and clock
     if known:
-        return _known_length(iterator, limit, body, state, measure=measure)
+        return _known_length(iterator, limit, body, state, measure=measure, stoppable=stoppable)
 
     def end_of(optional: Any, done: Any) -> Any:
         return tf.cond(optional.has_value(), lambda: tf.cast(limit, tf.int32), lambda: done)
@@ -555,7 +582,7 @@ def in_graph_loop(
 
     def more(done: Any, end: Any, optional: Any, wait: Any, state: Any) -> Any:
         if host_stop:
-            return done < end
+            return done < (stopping.capped(end) if stoppable else end)
         return tf.logical_and(done < limit, optional.has_value())
 
     def step(done: Any, end: Any, optional: Any, wait: Any, state: Any) -> Any:
@@ -587,7 +614,13 @@ def in_graph_loop(
 
 
 def _known_length(
-    iterator: Any, limit: Any, body: Callable[[Any, Any, Any], Any], state: Any, *, measure: bool
+    iterator: Any,
+    limit: Any,
+    body: Callable[[Any, Any, Any], Any],
+    state: Any,
+    *,
+    measure: bool,
+    stoppable: bool = False,
 ) -> Looped:
     """Exactly ``limit`` batches, in the shape of the leanest loop an expert writes (``for _ in
     tf.range(n): step(next(iterator))``): the condition ``done < limit`` (int32, host memory),
@@ -599,12 +632,16 @@ def _known_length(
     zero = tf.constant(0.0, tf.float64)
     end = tf.cast(limit, tf.int32)
     begin = tf.constant(0, tf.int32)
+
+    def more(done: Any, *_: Any) -> Any:
+        return done < (stopping.capped(end) if stoppable else end)
+
     if not measure:
 
         def lean(done: Any, state: Any) -> Any:
             return done + 1, body(iterator.get_next(), state, done)
 
-        done, state = tf.while_loop(lambda done, state: done < end, lean, (begin, state))
+        done, state = tf.while_loop(more, lean, (begin, state))
         return Looped(done, zero, zero, state)
 
     def step(done: Any, stepped: Any, wait: Any, first_wait: Any, state: Any) -> Any:
@@ -619,9 +656,7 @@ def _known_length(
         first = tf.where(done == 0, waited, zero)
         return done + 1, _stepped(known, state), wait + waited, first_wait + first, state
 
-    done, _, wait, first_wait, state = tf.while_loop(
-        lambda done, *_: done < end, step, (begin, zero, zero, zero, state)
-    )
+    done, _, wait, first_wait, state = tf.while_loop(more, step, (begin, zero, zero, zero, state))
     return Looped(done, wait, first_wait, state)
 
 

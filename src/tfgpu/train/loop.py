@@ -19,17 +19,18 @@ record); ``EpochLoop`` runs epochs in this process (one device, Mirrored, MultiW
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from tfgpu import choices, distribute
-from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.errors import RESUMABLE, ConfigError, StoppedOnRequest, TfgpuError
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, proof
+from tfgpu.train import execution, proof, stopping
 from tfgpu.train.callbacks import pythonify
 from tfgpu.train.checkpoints import Checkpoints, KeptEpoch, RunShape
 from tfgpu.train.evaluation import Evaluation, evaluator_for
@@ -137,6 +138,8 @@ class Loop:
         self.prove_first = False
         self.proof: proof.Proof | None = None
         self._call_begun = False  # the proof stepped first, and the first call ends its group of K
+        self.stop = stopping.Stop(across_workers=False, grace=0.0)  # ``fit``'s, while it watches
+        self._saved_at: int | None = None  # the step of the last checkpoint written
         if options.checkpoint_dir:
             self._checkpointed()
 
@@ -155,7 +158,12 @@ class Loop:
             }
         self.checkpoints = Checkpoints(
             self.options.checkpoint_dir,
-            objects={"model": self.model, "optimizer": self.model.optimizer, **self._variables},
+            objects={
+                "model": self.model,
+                "optimizer": self.model.optimizer,
+                **self._variables,
+                **self._metrics(),
+            },
             keep=self.options.keep_checkpoints,
             is_chief=self.setup.is_chief,
             worker=self.setup.worker_name,
@@ -170,6 +178,13 @@ class Loop:
         )
         if self.resumed_from and self.setup.is_chief:
             self._say_resumed(self.checkpoints.shape_kept())
+
+    def _metrics(self) -> dict[str, Any]:
+        """The metrics' state (the epoch's running sums so far), kept with the checkpoint: a
+        run resumed inside an epoch reports that epoch's figures as the run that never
+        stopped does, not the figures of its second part alone."""
+        variables = list(self.model.metrics_variables)
+        return {"metrics": variables} if variables else {}
 
     @property
     def shape(self) -> RunShape:
@@ -194,6 +209,7 @@ class Loop:
         for name, value in asdict(self.counters).items():
             self._variables[name].assign(value)
         path = self.checkpoints.save(step)
+        self._saved_at = step
         self.checkpoints.save_history(self.epochs_kept, self.shape)
         saved = getattr(self.backup, "saved", None)
         if saved is not None:
@@ -297,6 +313,42 @@ class Loop:
             resumed=self.resumed_from,
         )
 
+    @contextlib.contextmanager
+    def stoppable(self) -> Iterator[None]:
+        """While the loop trains: the stop signals ask it to stop (``train.stopping``); at the
+        call where it stops (``stopping.Asked``) it saves and raises ``StoppedOnRequest``."""
+        from tfgpu import distribute
+
+        across = distribute.spans_workers(self.setup.strategy) and not distribute.is_parameter_server(
+            self.setup.strategy
+        )
+        with stopping.watching(across_workers=across) as self.stop:
+            try:
+                yield
+            except stopping.Asked:
+                raise self._stopped() from None
+
+    def _stopped(self) -> StoppedOnRequest:
+        """The run stopped on request at the counters' step: one checkpoint there (every worker
+        joins the save), one line from the chief, and the exception that exits resumable."""
+        step, counters = self.counters.step, self.counters
+        saved = self._saved_at == step and self.checkpoints is not None
+        path = self.checkpoints.latest() if saved else self.save(step)  # type: ignore[union-attr]
+        where = f"step {step} (epoch {counters.epoch + 1}, {counters.epoch_step} steps into it)"
+        if self.checkpoints is None:
+            message = (
+                f"{self.stop.signal_name}: stopped at {where}; nothing was kept: pass "
+                "checkpoint_dir= to save at the signal and resume there"
+            )
+        else:
+            message = (
+                f"{self.stop.signal_name}: stopped at {where}, saved {path}; run the same "
+                f"command again to resume there (exit status {RESUMABLE})"
+            )
+        if self.setup.is_chief:
+            log.warning("%s", message)
+        return StoppedOnRequest(message, checkpoint=path, step=step)
+
     def _drop_backup(self) -> None:
         """Training ended: a BackupAndRestore's backup goes, as Keras's ``on_train_end`` does
         (unless ``delete_checkpoint=False``), so the next run starts afresh."""
@@ -346,8 +398,6 @@ class Loop:
         script reading ``history.history["val_auc"]`` fails on. Keras's BackupAndRestore deletes
         its backup at the end, so Keras trains afresh; a tfgpu checkpoint_dir is the run's
         record and stays (docs/from-model-fit.md)."""
-        import keras
-
         log.warning(
             "%s holds a finished run (epoch %d of %s): nothing trained; the History is that run's. "
             "Pass a new checkpoint_dir (or remove this one) to train again.",
@@ -355,6 +405,21 @@ class Loop:
             self.counters.epoch,
             epochs if epochs is not None else "its steps",
         )
+        if self.backup is not None:  # a checkpoint_dir's run gave them at its start (``resumed``)
+            self.replay_kept(callbacks)
+
+    def resumed(self, callbacks: Any) -> None:
+        """At ``on_train_begin``: a run resumed from its checkpoint_dir gives its History the
+        epochs it had finished (kept beside the checkpoints) before the ones it trains now, so a
+        run stopped on request and run again ends with the History of the run that never
+        stopped. Under a Keras ``BackupAndRestore`` the History holds only the epochs this
+        call trains, as in Keras."""
+        if self.resumed_from and self.backup is None:
+            self.replay_kept(callbacks)
+
+    def replay_kept(self, callbacks: Any) -> None:
+        import keras
+
         histories = [c for c in callbacks.callbacks if isinstance(c, keras.callbacks.History)]
         for history in histories:
             for entry in self.epochs_kept:
@@ -371,7 +436,8 @@ class EpochLoop(Loop):
             choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
-        with self.run_log(steps, callbacks) as run:
+        self.resumed(callbacks)
+        with self.stoppable(), self.run_log(steps, callbacks) as run:
             while self.counters.epoch < (epochs if epochs is not None else float("inf")):
                 if steps is not None and self.counters.step >= steps:
                     break
@@ -480,9 +546,10 @@ class EpochLoop(Loop):
             self._call_begun = False
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
+            cut = self.stop.now(stats)  # asked: the call may have ended early (``stopping``)
             # with the batches counted every execution takes its limit; otherwise read the count,
             # a host-side int32 that does not wait for the device
-            taken = limit if counted is not None else int(stats.steps)
+            taken = limit if counted is not None and not cut else int(stats.steps)
             warm_up = None
             if execute not in self.warmed:  # its steps too, not only its tracing: left out whole
                 execution.finished(stats)
@@ -495,6 +562,9 @@ class EpochLoop(Loop):
             epoch_start = False
             self.warmed.add(execute)
             counters.advance(taken)
+            if cut or self.stop.now(stats):  # asked during the call or its callbacks
+                run.close(window)
+                raise stopping.Asked
             ended = taken < limit or counters.epoch_step == length
             if ended or self.at_boundary() or counters.step == steps or self.model.stop_training:
                 run.close(window)

@@ -8,7 +8,7 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import execution, inputs
+from tfgpu.train import execution, inputs, stopping
 from tfgpu.train.loop import Loop, Validation
 from tfgpu.train.result import TrainResult
 from tfgpu.train.windows import Window
@@ -42,8 +42,9 @@ class ParameterServerLoop(Loop):
         choices.announce()
         self.model.stop_training = False
         callbacks.on_train_begin()
+        self.resumed(callbacks)
         k = self.options.execution_steps
-        with self.run_log(steps, callbacks) as run:
+        with self.stoppable(), self.run_log(steps, callbacks) as run:
             while self.counters.step < steps and not self.model.stop_training:
                 self.begin_epoch(callbacks)
                 window = Window(self.counters.epoch, self.counters.step, workers=workers)
@@ -56,6 +57,8 @@ class ParameterServerLoop(Loop):
                 self.last = window.executions[-1][1]
                 self.counters.advance(todo)
                 run.close(window)
+                if self.stop.now():  # the coordinator decides, between its windows
+                    raise stopping.Asked
                 if per_epoch and self.counters.epoch_step >= per_epoch:
                     self.end_epoch(run, callbacks, validation=validation)
         callbacks.on_train_end(run.last_logs)
