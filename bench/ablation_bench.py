@@ -19,6 +19,7 @@ together, against the bare in-graph loop, in one process on one device, interlea
 - ``... no wait``: without the input-wait timestamps and their control dependencies on the
   step's stateful ops and state; ``no finite``, ``no rows``, ``no step_logs``, ``no sharing``,
   ``fetch at top``: the other extras (``execution.Extras``); ``none``: all of them off;
+- ``... not stoppable``: without the stop cap the condition reads each step (``train.stopping``);
 - ``... stop on device``: the loop's condition as it was before (a bool op a GPU computes and
   the loop copies back each step; ``execution.in_graph_loop``'s ``host_stop``);
 - ``tfgpu.fit arrays`` / ``tfgpu.fit tf.data``: the whole fit (its Python, its windows and its
@@ -53,8 +54,7 @@ from gpu_bench import EPOCHS, bench_models, with_busy
 
 import tfgpu
 from tfgpu import distribute
-from tfgpu.train import execution
-from tfgpu.train import model as tfgpu_model
+from tfgpu.train import building, execution
 
 OFF = {
     "no wait": {"wait": False},
@@ -64,6 +64,7 @@ OFF = {
     "no sharing": {"sharing": False},
     "fetch at top": {"fetch_ahead": False},
     "stop on device": {"host_stop": False},  # the loop's condition before (execution.in_graph_loop)
+    "not stoppable": {"stoppable": False},  # no stop cap read in the condition (train.stopping)
     "none": {
         "wait": False,
         "finite": False,
@@ -71,6 +72,7 @@ OFF = {
         "step_logs": False,
         "sharing": False,
         "fetch_ahead": False,
+        "stoppable": False,
     },
 }
 
@@ -95,7 +97,7 @@ def execution_run(
     each at its end (as the loop reads a window); and its graph's node count. ``known``: the
     loop's shape where the step count is known (what ``tfgpu.fit`` runs on arrays on one device)."""
     model = compiled(strategy, build)
-    tfgpu_model.build(model, strategy, dataset.element_spec)  # as the loop does before its first call
+    building.build(model, strategy, dataset.element_spec)  # as the loop does before its first call
     execute = execution.train_execution(strategy, model, jit_compile=False, known=known, extras=extras)
     # one device: the dataset itself, as tfgpu's input reads it there (``distribute.input_strategy``)
     feed = distribute.input_strategy(strategy, in_cluster=False)
@@ -126,7 +128,7 @@ def ladder_run(
     import tensorflow as tf
 
     model = compiled(strategy, build)
-    tfgpu_model.build(model, strategy, dataset.element_spec)
+    building.build(model, strategy, dataset.element_spec)
     feed = distribute.input_strategy(strategy, in_cluster=False)
     distributed = (
         dataset if feed is None or rung == "train_step" else feed.experimental_distribute_dataset(dataset)

@@ -673,3 +673,25 @@ def test_the_jobset_validates_against_jobsets_own_schema(shape):
         ".spec.replicatedJobs[0].template.spec.parallelism ",
         ".spec.replicatedJobs[0].replica",
     ]
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "kubernetes-job"])
+def test_a_pod_stopped_on_request_is_made_again_without_counting_as_a_failure(kind):
+    """Issue 76: a preempted pod's run saves and exits 75 inside the pod's grace (the stop's
+    TFGPU_STOP_GRACE and the launcher's own), and the Job's pod failure policy ignores that
+    exit (and a disruption), so the pod is made again and resumes instead of failing the Job."""
+    from tfgpu import env
+    from tfgpu.errors import RESUMABLE
+
+    docs = emitted(kind, nodes=2, gpus_per_node=1)
+    jobs = [d for d in docs if d["kind"] == "Job"] or [
+        j["template"] for d in docs if d["kind"] == "JobSet" for j in d["spec"]["replicatedJobs"]
+    ]
+    assert jobs
+    for job in jobs:
+        pod = job["spec"]["template"]["spec"]
+        assert pod["terminationGracePeriodSeconds"] > env.stop_grace({}) + 10  # the launcher's --grace
+        rules = job["spec"]["podFailurePolicy"]["rules"]
+        exits = [r for r in rules if "onExitCodes" in r]
+        assert exits[0]["action"] == "Ignore" and exits[0]["onExitCodes"]["values"] == [RESUMABLE]
+        assert exits[0]["onExitCodes"]["containerName"] == pod["containers"][0]["name"]

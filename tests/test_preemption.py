@@ -24,9 +24,9 @@ import tfgpu
 from conftest import cli_environ, local_strategy, run_cli
 from tfgpu.errors import RESUMABLE, StoppedOnRequest
 
-SCRIPTS = Path(__file__).parent / "scripts"
+SCRIPTS = Path(__file__).parent.parent / "examples"  # examples/preemptible.py, as docs/multi-node.md runs it
 sys.path.insert(0, str(SCRIPTS))
-import preempted_fit  # noqa: E402
+import preemptible as preempted_fit  # noqa: E402
 
 STRATEGIES: dict[int, object] = {}  # one per replica count: Mirrored strategies in one process collide
 
@@ -181,7 +181,7 @@ def test_a_stop_that_outlasts_the_grace_exits_at_the_grace(tmp_path):
     script.write_text(
         "import os, signal, sys, time, keras\n"
         f"sys.path.insert(0, {str(SCRIPTS)!r})\n"
-        "import preempted_fit, tfgpu\n"
+        "import preemptible as preempted_fit, tfgpu\n"
         "class Hold(keras.callbacks.Callback):\n"
         "    def on_train_batch_end(self, batch, logs=None):\n"
         "        if batch == 3:\n"
@@ -247,7 +247,7 @@ def test_a_signal_named_in_tfgpu_stop_signals_stops_the_run(tmp_path, monkeypatc
 
 def launched(out: Path, *args: str) -> subprocess.CompletedProcess:
     out.mkdir(parents=True, exist_ok=True)
-    script = SCRIPTS / "preempted_fit.py"
+    script = SCRIPTS / "preemptible.py"
     return run_cli("launch", "--nproc", "2", "--", sys.executable, str(script), str(out), *args, timeout=600)
 
 

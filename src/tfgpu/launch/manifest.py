@@ -15,8 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from tfgpu.errors import ConfigError
+from tfgpu.errors import RESUMABLE, ConfigError
 from tfgpu.launch.spec import DEFAULT_PORT
+
+GRACE_S = 45  # the pod's terminationGracePeriodSeconds: the stop's grace, the launcher's, a margin
 
 KINDS = ("kubernetes", "kubernetes-job")  # a JobSet; an Indexed Job and a headless Service
 JOBSET_API = "jobset.x-k8s.io/v1alpha2"
@@ -145,6 +147,8 @@ def _pod(options: ManifestOptions, *, gpus: int, ports: int) -> dict[str, Any]:
         )
     spec: dict[str, Any] = {
         "restartPolicy": "Never",  # a failed pod fails its Job; the JobSet restarts them all
+        # SIGTERM asks the run to stop and save (TFGPU_STOP_GRACE, 20 s, then the launcher's 10 s)
+        "terminationGracePeriodSeconds": GRACE_S,
         "containers": [_container(options, gpus=gpus, ports=ports)],
         "volumes": volumes,
     }
@@ -160,9 +164,25 @@ def _one_pod_jobs(
         "parallelism": 1,
         "completions": 1,
         "backoffLimit": 0,
+        "podFailurePolicy": stopped_on_request(),
         "template": _pod(options, gpus=gpus, ports=ports),
     }
     return {"name": name, "replicas": replicas, "template": {"spec": job}}
+
+
+def stopped_on_request() -> dict[str, Any]:
+    """A pod that a preemption or a drain stopped (SIGTERM: the run saved and exited
+    ``RESUMABLE``), or that Kubernetes disrupted, is not a failure: the Job makes it again
+    without counting it against ``backoffLimit``, and it resumes from the checkpoint."""
+    return {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onExitCodes": {"containerName": "tensorflow", "operator": "In", "values": [RESUMABLE]},
+            },
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+        ]
+    }
 
 
 def jobset(options: ManifestOptions) -> dict[str, Any]:
@@ -208,6 +228,7 @@ def indexed_job(options: ManifestOptions) -> list[dict[str, Any]]:
             "completions": options.nodes,
             "parallelism": options.nodes,
             "backoffLimit": 0,  # one pod lost breaks the cluster: fail, and resubmit to resume
+            "podFailurePolicy": stopped_on_request(),
             "template": _pod(options, gpus=options.gpus_per_node, ports=ports),
         },
     }

@@ -1,4 +1,4 @@
-"""A training run a cluster may stop: python preempted_fit.py OUT_DIR [STEP [WHO]].
+"""A training run a cluster may stop: python examples/preemptible.py OUT_DIR [STEP [WHO]].
 
 Trains a small model with tfgpu.fit and checkpoint_dir=OUT_DIR/checkpoints, 2 steps a call. With
 STEP, the worker(s) WHO ("0", "1" or "all"; default "all") send themselves SIGTERM from a batch
