@@ -276,6 +276,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "options",
                 "remat",
                 "sources",  # what the data is, looked at once
+                "stopping",  # a run asked to stop (signals, the stop cap, the workers agreeing)
                 "task",
                 "tuning.result",  # what a tuning found, and its kept file (read by the Trainer before it builds)
             }

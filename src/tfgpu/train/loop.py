@@ -546,10 +546,7 @@ class EpochLoop(Loop):
             self._call_begun = False
             called = time.perf_counter()
             stats = self._dispatch(execute, iterator, limit)
-            cut = self.stop.now(stats)  # asked: the call may have ended early (``stopping``)
-            # with the batches counted every execution takes its limit; otherwise read the count,
-            # a host-side int32 that does not wait for the device
-            taken = limit if counted is not None and not cut else int(stats.steps)
+            taken, cut = self._taken(stats, limit, counted=counted)
             warm_up = None
             if execute not in self.warmed:  # its steps too, not only its tracing: left out whole
                 execution.finished(stats)
@@ -579,6 +576,13 @@ class EpochLoop(Loop):
                 return True
             if self.model.stop_training:  # a batch callback asked: the epoch ends here, as in fit
                 return True
+
+    def _taken(self, stats: execution.Executed, limit: int, *, counted: int | None) -> tuple[int, bool]:
+        """The steps a call took, and whether the run was asked to stop in it (the call may then
+        have ended early: ``stopping``). With the batches counted every execution takes its
+        limit; otherwise the count is read, a host-side int32 that does not wait for the device."""
+        cut = self.stop.now(stats)
+        return (limit if counted is not None and not cut else int(stats.steps)), cut
 
     def _counted(self, per_epoch: int | None) -> int | None:
         """The epoch's batches when every call can take its whole limit: arrays (tfgpu batches
