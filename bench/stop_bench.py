@@ -3,11 +3,12 @@
 Under MultiWorkerMirroredStrategy every training call ends with one scalar all-reduce of the
 workers' "asked to stop" flags (``train.stopping.agreed``), so a signal to any worker stops all of
 them after the same call. This times tfgpu's training execution with it (``Extras.stoppable``,
-what ``tfgpu.fit`` runs) and without it, in the same two worker processes, interleaved rounds of
-CALLS calls of K steps each on arrays (the loop's known-length shape): the difference per call is
-the agreement's price, and K = 1 shows it at its largest (one collective a step).
+what ``tfgpu.fit`` runs, agreeing about once a second (``stopping.EVERY_S``)) and without it, in the
+same two worker processes, interleaved rounds of CALLS calls of K steps each on arrays (the
+loop's known-length shape): the difference per call is the agreement's price. ``--every-call``
+makes every call agree (the price of one collective a call, what the period saves).
 
-Run: .venv/bin/python bench/stop_bench.py [--k 1,10] [--rounds 5]   (it starts ``tfgpu launch
+Run: .venv/bin/python bench/stop_bench.py [--k 1,10] [--rounds 5] [--every-call]   (it starts ``tfgpu launch
 --nproc 2`` itself; worker 0 prints the table and writes bench/results/stop_bench.json)
 """
 
@@ -28,14 +29,16 @@ BATCH = 64  # global
 RESULTS = Path(__file__).parent / "results" / "stop_bench.json"
 
 
-def worker(ks: list[int], rounds: int) -> None:
+def worker(ks: list[int], rounds: int, *, every_call: bool) -> None:
     import keras
     import numpy as np
     import tensorflow as tf
 
     import tfgpu
-    from tfgpu.train import building, execution
+    from tfgpu.train import building, execution, stopping
 
+    if every_call:
+        stopping.EVERY_S = 0.0  # the chief proposes a period of one step
     strategy = tfgpu.strategy()
     rng = np.random.default_rng(0)
     x = rng.normal(size=(BATCH * 64, 256)).astype("float32")
@@ -57,6 +60,9 @@ def worker(ks: list[int], rounds: int) -> None:
         for name, extras in variants.items()
     }
     iterator = iter(distributed)
+    chief = json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0
+    stops = {"agreed (tfgpu.fit's)": stopping.Stop(across_workers=True, grace=0.0)}
+    stops["agreed (tfgpu.fit's)"].is_chief = chief
     rows = []
     for k in ks:
         limit = execution.limit(k)
@@ -66,9 +72,13 @@ def worker(ks: list[int], rounds: int) -> None:
         for _ in range(rounds):
             for name, execute in executions.items():
                 started = time.perf_counter()
+                stop = stops.get(name)  # the host's side of the agreement (none without it)
                 for _ in range(CALLS):
+                    if stop:
+                        stop.before(k)  # as the loop does: a call agrees about once a second
                     out = execute(iterator, limit)
-                    float(out.stop)  # the loop reads the agreed count after each call
+                    if stop:
+                        stop.now(out)  # the agreed figures, read in a call that agreed
                 execution.finished(out)
                 times[name].append((time.perf_counter() - started) / CALLS)
         base = statistics.median(times["no agreement"])
@@ -84,7 +94,7 @@ def worker(ks: list[int], rounds: int) -> None:
                     "vs_no_agreement": round(median / base, 3),
                 }
             )
-    if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0:
+    if chief:
         print("| K | run | ms per call (median) | min | max | vs no agreement |")
         print("|---|-----|----------------------|-----|-----|-----------------|")
         for r in rows:
@@ -99,13 +109,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--k", default="1,10")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--every-call", action="store_true", help="agree in every call (no period)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     ks = [int(k) for k in args.k.split(",")]
     if args.worker:
-        worker(ks, args.rounds)
+        worker(ks, args.rounds, every_call=args.every_call)
         return
     here = [sys.executable, __file__, "--worker", "--k", args.k, "--rounds", str(args.rounds)]
+    here += ["--every-call"] if args.every_call else []
     tfgpu = [sys.executable, "-m", "tfgpu.cli", "launch", "--nproc", "2", "--"]
     sys.exit(subprocess.run(tfgpu + here).returncode)
 

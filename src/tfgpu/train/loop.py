@@ -322,7 +322,7 @@ class Loop:
         across = distribute.spans_workers(self.setup.strategy) and not distribute.is_parameter_server(
             self.setup.strategy
         )
-        with stopping.watching(across_workers=across) as self.stop:
+        with stopping.watching(across_workers=across, is_chief=self.setup.is_chief) as self.stop:
             try:
                 yield
             except stopping.Asked:
@@ -545,7 +545,7 @@ class EpochLoop(Loop):
                 callbacks.on_train_batch_begin(begin)
             self._call_begun = False
             called = time.perf_counter()
-            stats = self._dispatch(execute, iterator, limit)
+            stats = self._dispatch(execute, iterator, limit, last=length == begin + limit)
             taken, cut = self._taken(stats, limit, counted=counted)
             warm_up = None
             if execute not in self.warmed:  # its steps too, not only its tracing: left out whole
@@ -603,9 +603,12 @@ class EpochLoop(Loop):
             self.model, self.setup.strategy, jit_compile=self.options.jit_compile, known=known
         )
 
-    def _dispatch(self, execute: Any, iterator: Any, limit: int) -> execution.Executed:
+    def _dispatch(self, execute: Any, iterator: Any, limit: int, *, last: bool = False) -> execution.Executed:
+        """One call of up to ``limit`` steps (``last``: it ends the epoch, where several workers
+        agree on a stop: ``stopping.Stop.before``)."""
         import tensorflow as tf
 
+        self.stop.before(limit, ends_epoch=last)
         try:
             return execute(iterator, execution.limit(limit))
         except tf.errors.ResourceExhaustedError:

@@ -18,12 +18,18 @@ in. In one process (one device, MirroredStrategy) that is the whole of it.
 
 Under several workers, every worker must stop after the same call, or the ones going on wait in
 a collective for the ones that stopped. A local cut in the graph would split them, so there the
-loop's condition does not read the cap; instead each call ends with one scalar all-reduce of
-every worker's "asked" flag (``agreed``), and all of them read the same sum: a signal to one
-worker (one pod preempted) or to all (Slurm) stops every worker after the same call, and the
-collective save that follows finds them all. The cost is one scalar collective a call, in the
-call's own graph (no extra dispatch); ``bench/stop_bench.py`` prices it. Under parameter servers
-the coordinator alone runs the loop and decides, between its windows.
+loop's condition does not read the cap; instead a call ends with one scalar all-reduce of every
+worker's "asked" flag (``agreed``), and all of them read the same sum: a signal to one worker
+(one pod preempted) or to all (Slurm) stops every worker after the same call, and the collective
+save that follows finds them all. A collective costs about a millisecond (2.7 ms a call on one
+host's gRPC, +23% at one step a call: ``bench/stop_bench.py --every-call``), so a call agrees
+only once the steps the workers last agreed on have run since the last call that did: each host
+counts the steps it dispatched, the same on every worker, and tells its graph through a local
+variable (``Stop.before``), which branches around the collective. The chief proposes the next
+period in the same all-reduce (the steps it ran in about ``EVERY_S`` seconds), so every worker
+reads the same one; the call that ends an epoch agrees too. A stop waits at most about a second,
+one call or the epoch's end, and a run that is never stopped pays one collective a second. Under parameter servers the coordinator alone
+runs the loop and decides, between its windows.
 
 Handlers can only be set in the main thread: a fit run in another thread (Ray Train's workers)
 keeps the process's own handling, and says so once at debug level.
@@ -38,6 +44,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,7 +53,8 @@ from tfgpu import env
 log = logging.getLogger(__name__)
 
 OPEN = 2**31 - 1  # the cap while no stop is asked: no loop reaches it
-_cap: Any = None
+EVERY_S = 1.0  # seconds between two calls that agree under several workers (about)
+_host: dict[str, Any] = {}  # this host's variables for its graphs (``_host_variable``)
 
 
 class Asked(Exception):
@@ -54,18 +62,32 @@ class Asked(Exception):
     raises ``StoppedOnRequest`` (never seen by a user)."""
 
 
-def cap() -> Any:
-    """The process's stop cap: an int32 variable on this host's CPU, ``OPEN`` until a stop is
-    asked, then 0. Made once, outside any strategy (a ``ResourceVariable`` made directly skips
-    the variable creators a strategy's scope installs: a mirrored cap would be per replica)."""
-    global _cap
-    if _cap is None:
+def _host_variable(name: str, value: Any, dtype: str) -> Any:
+    """A variable on this host's CPU, made once, outside any strategy (a ``ResourceVariable``
+    made directly skips the variable creators a strategy's scope installs: a mirrored one would
+    be per replica, and under several workers one for all)."""
+    if name not in _host:
         import tensorflow as tf
         from tensorflow.python.ops.resource_variable_ops import ResourceVariable
 
         with tf.init_scope(), tf.device("/CPU:0"):
-            _cap = ResourceVariable(OPEN, dtype=tf.int32, trainable=False, name="tfgpu_stop_cap")
-    return _cap
+            _host[name] = ResourceVariable(value, dtype=dtype, trainable=False, name=f"tfgpu_stop_{name}")
+    return _host[name]
+
+
+def cap() -> Any:
+    """The process's stop cap: int32, ``OPEN`` until a stop is asked, then 0."""
+    return _host_variable("cap", OPEN, "int32")
+
+
+def _agreeing() -> Any:
+    """Whether the call being dispatched agrees (several workers; ``Stop.before``)."""
+    return _host_variable("agreeing", True, "bool")
+
+
+def _proposal() -> Any:
+    """The chief's proposal of the next period in steps (0 on the other workers)."""
+    return _host_variable("proposal", 0.0, "float32")
 
 
 def capped(end: Any) -> Any:
@@ -83,15 +105,23 @@ def asked_here() -> Any:
 
 
 def agreed(strategy: Any, after: Any) -> Any:
-    """In a multi-worker call's graph: how many workers were asked to stop, summed over every
-    replica (every worker reads the same number), read once ``after`` is computed (the loop's
-    end: a request made during the call counts in this call)."""
+    """In a multi-worker call's graph: [workers asked to stop, the next period in steps], each
+    summed over every replica (every worker reads the same two numbers), read once ``after``
+    is computed (the loop's end: a request made during the call counts in this call); zeros
+    without a collective in the calls that do not agree (``Stop.before``)."""
     import tensorflow as tf
 
     with tf.control_dependencies([after]):
-        local = asked_here()
-    per_replica = strategy.run(lambda: tf.identity(local))
-    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        local = tf.stack([asked_here(), _proposal().read_value()])
+        now = _agreeing().read_value()
+    # each of this worker's replicas carries its share, so the sum is over workers
+    share = local / float(len(strategy.extended.worker_devices))
+
+    def across() -> Any:
+        per_replica = strategy.run(lambda: tf.identity(share))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    return tf.cond(now, across, lambda: tf.zeros([2]))
 
 
 class Stop:
@@ -105,15 +135,47 @@ class Stop:
         self._deliveries = 0
         self._lock = threading.Lock()
         self._deadline: threading.Timer | None = None
+        self.is_chief = True
+        self._since = 0  # steps dispatched since the last call that agreed (several workers)
+        self._period = 1  # steps between agreeing calls, as last agreed (the first call agrees)
+        self._agrees = True  # the value the host's flag holds
+        self._agreed_at = time.perf_counter()
+        self._last = False  # what the last agreeing call said
+
+    def before(self, limit: int, *, ends_epoch: bool = False) -> None:
+        """Before a call of up to ``limit`` steps (several workers): whether it agrees, from the
+        steps dispatched, which every worker counts alike, and at each epoch's end; the flag is
+        written only when it changes."""
+        if not self.across_workers:
+            return
+        self._since += limit
+        agrees = self._since >= self._period or ends_epoch
+        if agrees != self._agrees:
+            _agreeing().assign(agrees)
+            self._agrees = agrees
+
+    def _agreed(self, values: Any) -> bool:
+        """A call that agreed: the period all workers read, and the chief's next proposal (the
+        steps it ran in about ``EVERY_S``)."""
+        asked, period = (float(v) for v in values.numpy())
+        now = time.perf_counter()
+        if self.is_chief:
+            rate = self._since / max(now - self._agreed_at, 1e-6)
+            _proposal().assign(float(min(max(1, round(rate * EVERY_S)), 1 << 20)))
+        self._period, self._since, self._agreed_at = max(1, int(period)), 0, now
+        return asked > 0
 
     def now(self, executed: Any = None) -> bool:
         """Whether the run stops after the call that returned ``executed``: this process asked
         (one process), or the call's all-reduce counted a worker asked (several workers: every
-        worker reads the same count, so all stop at this call)."""
+        worker reads the same count, so all stop at this call; read only in a call that agreed,
+        so the others do not wait for the device)."""
         if not self.across_workers:
             return self.asked.is_set()
-        stop = getattr(executed, "stop", None)
-        return stop is not None and float(stop) > 0
+        if not self._agrees or self._since == 0:  # not this call's to say, or already read
+            return self._agrees and self._last
+        self._last = self._agreed(executed.stop)
+        return self._last
 
     def note(self, signum: int) -> None:
         """The Python-level handler (the main thread, between bytecodes): marks the request,
@@ -163,9 +225,10 @@ def _exit_now(signum: int, why: str) -> None:
 
 
 @contextlib.contextmanager
-def watching(*, across_workers: bool) -> Iterator[Stop]:
+def watching(*, across_workers: bool, is_chief: bool = True) -> Iterator[Stop]:
     """While the loop runs: the stop signals ask ``Stop``; the process's own handling after."""
     stop = Stop(across_workers=across_workers, grace=env.stop_grace())
+    stop.is_chief = is_chief
     signals = env.stop_signals()
     if not signals or threading.current_thread() is not threading.main_thread():
         if signals:
@@ -189,8 +252,9 @@ def watching(*, across_workers: bool) -> Iterator[Stop]:
         watcher.join(timeout=5)
         reader.close()
         stop.cancel()
-        if _cap is not None:
-            _cap.assign(OPEN)
+        for name, value in (("cap", OPEN), ("agreeing", True), ("proposal", 0.0)):
+            if name in _host:  # as before the run: a call outside one (the tuner's) agrees
+                _host[name].assign(value)
 
 
 def _watch(reader: socket.socket, stop: Stop, signals: set[int]) -> None:
