@@ -245,8 +245,8 @@ def watching(*, across_workers: bool, is_chief: bool = True) -> Iterator[Stop]:
         yield stop
     finally:
         signal.set_wakeup_fd(old_fd)
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in previous.items():  # None: set outside Python (TensorFlow's own)
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
         writer.close()
         reader.shutdown(socket.SHUT_RDWR)
         watcher.join(timeout=5)
