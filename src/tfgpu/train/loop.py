@@ -224,6 +224,8 @@ class Loop:
         left = [every - step % every for every in self.options.boundaries()]
         if steps is not None:
             left.append(steps - step)
+        if self.stop.longest_call:  # several workers: a call no longer than the stop's grace allows
+            left.append(self.stop.longest_call)
         if per_epoch is not None:
             left.append(per_epoch - self.counters.epoch_step)
         if self._one_step_a_call:

@@ -28,7 +28,9 @@ counts the steps it dispatched, the same on every worker, and tells its graph th
 variable (``Stop.before``), which branches around the collective. The chief proposes the next
 period in the same all-reduce (the steps it ran in about ``EVERY_S`` seconds), so every worker
 reads the same one; the call that ends an epoch agrees too. A stop waits at most about a second,
-one call or the epoch's end, and a run that is never stopped pays one collective a second. Under parameter servers the coordinator alone
+one call or the epoch's end, and a run that is never stopped pays one collective a second. A
+call there cannot end early, so the chief also proposes the most steps a call may take (those of
+a quarter of TFGPU_STOP_GRACE): a tuned call of many steps does not hold a stop past the grace. Under parameter servers the coordinator alone
 runs the loop and decides, between its windows.
 
 Handlers can only be set in the main thread: a fit run in another thread (Ray Train's workers)
@@ -86,8 +88,21 @@ def _agreeing() -> Any:
 
 
 def _proposal() -> Any:
-    """The chief's proposal of the next period in steps (0 on the other workers)."""
-    return _host_variable("proposal", 0.0, "float32")
+    """The chief's proposal (``proposals``: the next period and the most steps a call; zeros on
+    the other workers)."""
+    return _host_variable("proposal", [0.0, 0.0], "float32")
+
+
+def proposals(steps: int, seconds: float, *, grace: float) -> tuple[float, float]:
+    """The chief's proposal from the ``steps`` it ran in ``seconds`` since the last agreement:
+    the steps of about ``EVERY_S`` until the next one, and the most steps a call may take, those
+    of a quarter of the grace (a tuned call of many steps must not hold a stop past it: under
+    several workers a call cannot end early)."""
+    rate = steps / max(seconds, 1e-6)
+    return (
+        float(min(max(1, round(rate * EVERY_S)), 1 << 20)),
+        float(min(max(1, int(rate * grace / 4)), 1 << 20)),
+    )
 
 
 def capped(end: Any) -> Any:
@@ -112,7 +127,7 @@ def agreed(strategy: Any, after: Any) -> Any:
     import tensorflow as tf
 
     with tf.control_dependencies([after]):
-        local = tf.stack([asked_here(), _proposal().read_value()])
+        local = tf.concat([[asked_here()], _proposal().read_value()], 0)
         now = _agreeing().read_value()
     # each of this worker's replicas carries its share, so the sum is over workers
     share = local / float(len(strategy.extended.worker_devices))
@@ -121,7 +136,7 @@ def agreed(strategy: Any, after: Any) -> Any:
         per_replica = strategy.run(lambda: tf.identity(share))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-    return tf.cond(now, across, lambda: tf.zeros([2]))
+    return tf.cond(now, across, lambda: tf.zeros([3]))
 
 
 class Stop:
@@ -141,6 +156,7 @@ class Stop:
         self._agrees = True  # the value the host's flag holds
         self._agreed_at = time.perf_counter()
         self._last = False  # what the last agreeing call said
+        self.longest_call: int | None = None  # several workers: the most steps a call, as agreed
 
     def before(self, limit: int, *, ends_epoch: bool = False) -> None:
         """Before a call of up to ``limit`` steps (several workers): whether it agrees, from the
@@ -155,14 +171,14 @@ class Stop:
             self._agrees = agrees
 
     def _agreed(self, values: Any) -> bool:
-        """A call that agreed: the period all workers read, and the chief's next proposal (the
-        steps it ran in about ``EVERY_S``)."""
-        asked, period = (float(v) for v in values.numpy())
+        """A call that agreed: the period and the longest call all workers read, and the chief's
+        next proposal (``proposals``)."""
+        asked, period, longest = (float(v) for v in values.numpy())
         now = time.perf_counter()
         if self.is_chief:
-            rate = self._since / max(now - self._agreed_at, 1e-6)
-            _proposal().assign(float(min(max(1, round(rate * EVERY_S)), 1 << 20)))
+            _proposal().assign(proposals(self._since, now - self._agreed_at, grace=self.grace))
         self._period, self._since, self._agreed_at = max(1, int(period)), 0, now
+        self.longest_call = int(longest) or None
         return asked > 0
 
     def now(self, executed: Any = None) -> bool:
@@ -252,7 +268,7 @@ def watching(*, across_workers: bool, is_chief: bool = True) -> Iterator[Stop]:
         watcher.join(timeout=5)
         reader.close()
         stop.cancel()
-        for name, value in (("cap", OPEN), ("agreeing", True), ("proposal", 0.0)):
+        for name, value in (("cap", OPEN), ("agreeing", True), ("proposal", [0.0, 0.0])):
             if name in _host:  # as before the run: a call outside one (the tuner's) agrees
                 _host[name].assign(value)
 
