@@ -61,8 +61,7 @@ def worker(ks: list[int], rounds: int, *, every_call: bool) -> None:
     }
     iterator = iter(distributed)
     chief = json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 0
-    stops = {"agreed (tfgpu.fit's)": stopping.Stop(across_workers=True, grace=0.0)}
-    stops["agreed (tfgpu.fit's)"].is_chief = chief
+    stops = {"agreed (tfgpu.fit's)": stopping.Stop(across_workers=True, grace=0.0, is_chief=chief)}
     rows = []
     for k in ks:
         limit = execution.limit(k)

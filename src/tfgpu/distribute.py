@@ -341,6 +341,13 @@ def spans_workers(strategy: Any) -> bool:
     return is_parameter_server(strategy) or isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
 
 
+def collective_workers(strategy: Any) -> bool:
+    """True when several workers' replicas run each step together in one collective group
+    (MultiWorkerMirrored, not parameter servers): what every worker must do in step, they
+    agree on inside the step's graph."""
+    return spans_workers(strategy) and not is_parameter_server(strategy)
+
+
 def mean_over_replicas(strategy: Any, value: Any) -> Any:
     """The mean of ``value`` (this process's figure) over every replica of every worker: with the
     same count of replicas on each worker, the mean of the workers' figures. A collective: every

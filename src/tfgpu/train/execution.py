@@ -181,7 +181,7 @@ class StepLogs:
 
         from tfgpu import distribute
 
-        if not distribute.spans_workers(self.strategy) or distribute.is_parameter_server(self.strategy):
+        if not distribute.collective_workers(self.strategy):
             return logs
 
         def mean(value: Any) -> Any:
@@ -272,7 +272,7 @@ def train_execution(
     step_logs = StepLogs(strategy, model)
     one = tf.constant(1.0)
     # several workers agree at the call's end; one process cuts the loop itself (``stopping``)
-    agree = extras.stoppable and _across_workers(strategy)
+    agree = extras.stoppable and _collective_workers(strategy)
 
     def body(batch: Any, state: Any, index: Any) -> Any:
         finite_steps, examples, last = state
@@ -299,7 +299,7 @@ def train_execution(
             known=known,
             fetch_ahead=extras.fetch_ahead,
             host_stop=extras.host_stop,
-            stoppable=extras.stoppable and not agree and not _parameter_servers(strategy),
+            stoppable=extras.stoppable and not _spans_workers(strategy),
         )
         finite_steps, examples, last = out.state
         done = tf.cast(out.steps, tf.float32)
@@ -311,17 +311,18 @@ def train_execution(
     return graphs.traced(execute, model=model)
 
 
-def _parameter_servers(strategy: Any) -> bool:
+def _spans_workers(strategy: Any) -> bool:
+    """Replicas in several processes: no worker may cut its loop alone (``stopping``)."""
     from tfgpu import distribute
 
-    return distribute.is_parameter_server(strategy)
+    return distribute.spans_workers(strategy)
 
 
-def _across_workers(strategy: Any) -> bool:
-    """Several workers in one collective group (MultiWorkerMirrored): where a stop is agreed."""
+def _collective_workers(strategy: Any) -> bool:
+    """Several workers in one collective group: a stop is agreed in the call (``stopping``)."""
     from tfgpu import distribute
 
-    return distribute.spans_workers(strategy) and not distribute.is_parameter_server(strategy)
+    return distribute.collective_workers(strategy)
 
 
 def _replicated(strategy: Any) -> bool:

@@ -319,11 +319,7 @@ class Loop:
     def stoppable(self) -> Iterator[None]:
         """While the loop trains: the stop signals ask it to stop (``train.stopping``); at the
         call where it stops (``stopping.Asked``) it saves and raises ``StoppedOnRequest``."""
-        from tfgpu import distribute
-
-        across = distribute.spans_workers(self.setup.strategy) and not distribute.is_parameter_server(
-            self.setup.strategy
-        )
+        across = distribute.collective_workers(self.setup.strategy)  # agreed in the calls' graphs
         with stopping.watching(across_workers=across, is_chief=self.setup.is_chief) as self.stop:
             try:
                 yield

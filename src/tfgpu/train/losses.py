@@ -182,7 +182,7 @@ def run(strategy: Any, step: Any, batch: Any) -> Any:
     if strategy.num_replicas_in_sync == 1:
         return strategy.run(step, args=(batch, None, None))
     local = [first_rows(part) for part in strategy.experimental_local_results(tf.nest.flatten(batch)[0])]
-    across_workers = distribute.spans_workers(strategy) and not distribute.is_parameter_server(strategy)
+    across_workers = distribute.collective_workers(strategy)
     rows = None if across_workers else _local_rows(local)
     if isinstance(rows, int) and len(set(local)) == 1:  # one worker, a split its shapes show even
         return strategy.run(step, args=(batch, None, None))

@@ -142,15 +142,15 @@ def agreed(strategy: Any, after: Any) -> Any:
 class Stop:
     """One run's stop: whether it was asked, by which signal; ``now`` answers at a call's end."""
 
-    def __init__(self, *, across_workers: bool, grace: float) -> None:
+    def __init__(self, *, across_workers: bool, grace: float, is_chief: bool = True) -> None:
         self.across_workers = across_workers
+        self.is_chief = is_chief  # several workers: the one that proposes the period (``proposals``)
         self.grace = grace
         self.asked = threading.Event()
         self.signum: int | None = None
         self._deliveries = 0
         self._lock = threading.Lock()
         self._deadline: threading.Timer | None = None
-        self.is_chief = True
         self._since = 0  # steps dispatched since the last call that agreed (several workers)
         self._period = 1  # steps between agreeing calls, as last agreed (the first call agrees)
         self._agrees = True  # the value the host's flag holds
@@ -243,8 +243,7 @@ def _exit_now(signum: int, why: str) -> None:
 @contextlib.contextmanager
 def watching(*, across_workers: bool, is_chief: bool = True) -> Iterator[Stop]:
     """While the loop runs: the stop signals ask ``Stop``; the process's own handling after."""
-    stop = Stop(across_workers=across_workers, grace=env.stop_grace())
-    stop.is_chief = is_chief
+    stop = Stop(across_workers=across_workers, grace=env.stop_grace(), is_chief=is_chief)
     signals = env.stop_signals()
     if not signals or threading.current_thread() is not threading.main_thread():
         if signals:
