@@ -446,17 +446,24 @@ def multi_worker_tutorial(directory: str) -> dict[str, Any]:
 
 def rows_each_worker_reads(shuffled: bool) -> list[list[int]]:
     """The rows a worker of a 2-worker cluster takes in its first global batches of a dataset
-    of 8-row global batches, through tfgpu's own input path (``inputs.Input``)."""
+    of 8-row global batches, through tfgpu's own input path (``inputs.input_of``)."""
     import tensorflow as tf
 
     import tfgpu
-    from tfgpu.train import inputs
+    from tfgpu.train import adapters, inputs
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     rows = tf.data.Dataset.range(64)
     dataset = (rows.shuffle(64, seed=0) if shuffled else rows).repeat().batch(8)
     task = tfgpu.Task(model=lambda: None, train_data=dataset, batch_size=1, steps_per_epoch=4)
-    source = inputs.Input(dataset, task=task, training=True, global_batch=8, strategy=strategy, direct=False)
+    source = inputs.input_of(
+        adapters.of(dataset, role="x"),
+        task=task,
+        training=True,
+        global_batch=8,
+        strategy=strategy,
+        direct=False,
+    )
     iterator, _ = source.iterator(0)
     seen = []
     for _ in range(4):

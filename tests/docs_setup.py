@@ -138,3 +138,27 @@ def make_task():
     return tfgpu.Task(model=build_model, train_data=docs_setup.arrays(2048, seed=0),
                       eval_data=docs_setup.arrays(256, seed=1), batch_size=64)
 """
+
+
+def py_batches():
+    """A ``keras.utils.PyDataset`` of x batches, as a reader writes one (README, from-model-fit)."""
+    import keras
+
+    class PyBatches(keras.utils.PyDataset):
+        def __init__(self, x, batch_size, **kwargs):
+            super().__init__(**kwargs)
+            self.x, self.batch_size = x, batch_size
+
+        def __len__(self):
+            return -(-len(self.x) // self.batch_size)
+
+        def __getitem__(self, index):
+            return self.x[index * self.batch_size : (index + 1) * self.batch_size]
+
+    return PyBatches
+
+
+def __getattr__(name: str):
+    if name == "PyBatches":  # made on first use: keras is imported by the block, not before
+        return py_batches()
+    raise AttributeError(name)

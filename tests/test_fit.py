@@ -548,8 +548,7 @@ def test_predict_traces_once_and_rewrites_no_graph_of_the_arrays(reference):
     predict_function), and the arrays' dataset is left out of tf.data's graph rewrites, which
     copy the captured arrays into a GraphDef each time an iterator is made (0.85 s of each call
     on 627 MB)."""
-    from tfgpu.predict import memory
-    from tfgpu.train import model_cache
+    from tfgpu.train import adapters, model_cache
 
     model = in_scope(local_strategy(2), binary_model)
     first = tfgpu.predict(model, reference["x"][:100], batch_size=32)
@@ -557,6 +556,5 @@ def test_predict_traces_once_and_rewrites_no_graph_of_the_arrays(reference):
     assert first.shape == (100, 1) and second.shape == (90, 1)
     (call,) = [f for key, f in model_cache.functions(model).items() if key[0] == "predict"]
     assert call.experimental_get_tracing_count() == 1
-    tensors = tf.constant(reference["x"][:64])
-    options = memory._batches(tensors, rows=64, global_batch=32).options()
+    options = adapters.filled_batches(reference["x"][:64], rows=64, global_batch=32).options()
     assert options.experimental_optimization.apply_default_optimizations is False

@@ -275,7 +275,6 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "model_cache",
                 "options",
                 "remat",
-                "sources",  # what the data is, looked at once
                 "stopping",  # a run asked to stop (signals, the stop cap, the workers agreeing)
                 "task",
                 "tuning.result",  # what a tuning found, and its kept file (read by the Trainer before it builds)
@@ -287,6 +286,7 @@ TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
         "model",
         frozenset(
             {
+                "adapters",  # one door for data: what the data is, decided once
                 "building",
                 "evaluation",
                 "execution",

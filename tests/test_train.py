@@ -440,11 +440,17 @@ def test_arrays_on_two_workers_match_one_device():
 
 
 def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
-    from tfgpu.train.inputs import Input
+    from tfgpu.train.adapters import of_task
+    from tfgpu.train.inputs import input_of
 
     def first_labels(task, epoch):
-        source = Input(
-            task.train_data, task=task, training=True, global_batch=100, strategy=None, direct=True
+        source = input_of(
+            of_task(task.train_data, role="train_data"),
+            task=task,
+            training=True,
+            global_batch=100,
+            strategy=None,
+            direct=True,
         )
         iterator, skip = source.iterator(epoch)
         assert skip == 0

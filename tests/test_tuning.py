@@ -1043,13 +1043,13 @@ def test_a_tuning_s_variants_share_the_run_s_converted_arrays(tmp_path, monkeypa
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
     forced(monkeypatch)
     calls = []
-    convert = inputs.Input._converted
+    convert = inputs.ArraysInput._converted
 
     def counted(self, source):
         calls.append(self.global_batch)
         return convert(self, source)
 
-    monkeypatch.setattr(inputs.Input, "_converted", counted)
+    monkeypatch.setattr(inputs.ArraysInput, "_converted", counted)
     x, y = data()
     history = tfgpu.fit(
         in_scope(local_strategy(1), model),

@@ -66,15 +66,14 @@ def parse_duration(text: str) -> float:
 
 
 def load_dataset(reference: str) -> Any:
-    import tensorflow as tf
-
     from tfgpu.data import PipelinePlan
     from tfgpu.loader import load_function
+    from tfgpu.train.adapters import is_dataset
 
     made = load_function(reference)()
     if isinstance(made, PipelinePlan):
         made = made.build()
-    if not isinstance(made, tf.data.Dataset):
+    if not is_dataset(made):
         raise InputError(
             f"{reference} returned {type(made).__name__}, not a tf.data.Dataset",
             value=reference,

@@ -193,7 +193,9 @@ def run(args: argparse.Namespace) -> int:
     runtime.configure(precision=args.precision)
     task = load_task(args.task, batch_size=args.batch_size)
     if args.data_service:
-        if callable(task.train_data) or isinstance(task.train_data, tuple | list):
+        from tfgpu.train.adapters import Directory, of_task
+
+        if not isinstance(of_task(task.train_data, role="train_data"), Directory):
             raise InputError(
                 "--data-service reads tfgpu dataset directories, but the Task's train_data is not one",
                 value=type(task.train_data).__name__,

@@ -355,10 +355,11 @@ class DatasetInput(InputSource):
         self.description = f"{description} ({self.rows} rows)"
 
     def _features(self) -> Any:
-        import tensorflow as tf
+
+        from tfgpu.train.adapters import is_dataset
 
         ds = self._make()
-        if not isinstance(ds, tf.data.Dataset):
+        if not is_dataset(ds):
             raise InputError(
                 "The input function must return a tf.data.Dataset",
                 value=type(ds).__name__,

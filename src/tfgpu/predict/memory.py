@@ -1,10 +1,12 @@
 """``tfgpu.predict(model, x)``: Keras's ``model.predict`` contract (arrays in input order) on every replica.
 
-Rows are gathered by index from tensors made once (no copy of ``x``), in global batches; the last
-batch is filled up with rows from the start, so every replica always gets a full, equal share
-(no empty replica, one traced shape) and the extra rows are cut off at the end. Each replica's
-slice of a global batch is contiguous and in replica order, so concatenating the replicas' outputs
-keeps the input order. K batches run per compiled call (``train.execution.in_graph_loop``); outputs are
+``x`` goes through the door every verb takes (``train.adapters.of``): every form
+``model.predict`` takes, read as its adapter says (``Adapter.for_prediction``). Arrays are
+gathered by index from tensors made once (no copy of ``x``), in global batches; the last batch is
+filled up with rows from the start, so every replica always gets a full, equal share (no empty
+replica, one traced shape) and the extra rows are cut off at the end. Each replica's slice of a
+global batch is contiguous and in replica order, so concatenating the replicas' outputs keeps the
+input order. K batches run per compiled call (``train.execution.in_graph_loop``); outputs are
 collected on the device and copied to host memory by a background thread while the next call runs.
 """
 
@@ -13,8 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-from tfgpu import distribute, host
-from tfgpu.data.pipeline import in_memory_options
+from tfgpu import distribute
 from tfgpu.errors import ConfigError
 
 DEFAULT_BATCH = 32  # Keras's
@@ -43,6 +44,7 @@ def predict_arrays(
     import numpy as np
     import tensorflow as tf
 
+    from tfgpu.train import adapters
     from tfgpu.train import model as model_setup
     from tfgpu.train.inputs import bounded
     from tfgpu.train.options import Placement
@@ -53,27 +55,34 @@ def predict_arrays(
         )
 
     asked = Placement(devices_per_replica=devices_per_replica, micro_batches=micro_batches)
+    data = adapters.of(x, role="x", labels=False)  # the door: what the data is, decided once
     strategy, model = _strategy(model, strategy, asked, global_batch=batch_size or DEFAULT_BATCH)
     replicas = len(distribute.replica_devices(strategy)[0])  # this process's: each worker predicts all
     per_call = steps_per_execution or _per_call(callbacks)
-    _check_sizes(batch_size, per_call, steps, x)
-    if isinstance(x, tf.data.Dataset):
+    _check_sizes(batch_size, per_call, steps)
+    data.check_steps(steps, argument="steps")
+    reading = data.for_prediction(batch_size=batch_size, replicas=replicas).limited(steps)
+    if reading.global_batch is None:
         _check_dataset_on_workers(strategy, replicas)
-        rows, dataset = None, bounded(x if steps is None else x.take(steps)).prefetch(tf.data.AUTOTUNE)
-    else:
-        batch = batch_size or DEFAULT_BATCH
-        global_batch = -(-batch // replicas) * replicas
-        with tf.device("/cpu:0"):
-            tensors = tf.nest.map_structure(tf.convert_to_tensor, tuple(x) if isinstance(x, list) else x)
-        rows = _rows(tensors)
-        if steps is not None:
-            rows = min(rows, steps * global_batch)
-        dataset = _batches(tensors, rows=rows, global_batch=global_batch)
-    iterator = _iterator(strategy, dataset, per_replica=None if rows is None else global_batch // replicas)
-    call = _compiled(strategy, model, per_call=per_call, spec=dataset.element_spec, arrays=rows is not None)
-    total = None if rows is None else -(-rows // global_batch)  # batches, where known
-    listed = _callbacks(callbacks, model=model, verbose=verbose, steps=total)
+    dataset = bounded(reading.dataset)
+    per_replica = None if reading.global_batch is None else reading.global_batch // replicas
+    call = _compiled(strategy, model, per_call=per_call, spec=dataset.element_spec, arrays=not reading.packed)
+    listed = _callbacks(callbacks, model=model, verbose=verbose, steps=reading.batches())
     listed.on_predict_begin()
+    with reading.epoch():  # a PyDataset's hooks around its pass, as Keras's predict calls them
+        iterator = _iterator(strategy, dataset, per_replica=per_replica)
+        arrays = _outputs(call, iterator, listed, total=reading.batches(), per_call=per_call)
+    listed.on_predict_end()
+    if not arrays:
+        raise ConfigError("x gave no batch to predict on", value=type(x).__name__, fix="pass data with rows")
+    return tf.nest.map_structure(lambda *leaves: np.concatenate(leaves)[: reading.rows], *arrays)
+
+
+def _outputs(call: Any, iterator: Any, listed: Any, *, total: int | None, per_call: int) -> list[Any]:
+    """Each call's outputs as NumPy arrays, copied to host memory by a background thread while
+    the next call runs; Keras's batch hooks once a call."""
+    import tensorflow as tf
+
     parts, done = [], 0
     with concurrent.futures.ThreadPoolExecutor(1) as copier:
         while total is None or done < total:  # no batch hook past the last batch, as Keras
@@ -85,11 +94,7 @@ def predict_arrays(
                 listed.on_predict_batch_end(done - 1, {"outputs": outputs})
             if int(taken) < per_call:
                 break
-        arrays = [part.result() for part in parts]
-    listed.on_predict_end()
-    if not arrays:
-        raise ConfigError("x gave no batch to predict on", value=type(x).__name__, fix="pass data with rows")
-    return tf.nest.map_structure(lambda *leaves: np.concatenate(leaves)[:rows], *arrays)
+        return [part.result() for part in parts]
 
 
 def _per_call(callbacks: Any) -> int:
@@ -110,9 +115,7 @@ def _per_call(callbacks: Any) -> int:
     return 1
 
 
-def _check_sizes(batch_size: Any, per_call: Any, steps: Any, x: Any) -> None:
-    import tensorflow as tf
-
+def _check_sizes(batch_size: Any, per_call: Any, steps: Any) -> None:
     for name, value in (("batch_size", batch_size), ("steps_per_execution", per_call), ("steps", steps)):
         if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ConfigError(
@@ -120,12 +123,6 @@ def _check_sizes(batch_size: Any, per_call: Any, steps: Any, x: Any) -> None:
                 value=value,
                 fix=f"pass {name}=256, or leave it unset",
             )
-    if batch_size is not None and isinstance(x, tf.data.Dataset):  # Keras's predict ignores it too
-        from tfgpu import choices
-
-        choices.record(
-            "batch_size", "from the data", f"batch_size={batch_size} ignored: the data is batched already"
-        )
 
 
 def _callbacks(callbacks: Any, *, model: Any, verbose: Any, steps: int | None) -> Any:
@@ -192,41 +189,6 @@ def _x_of(spec: Any) -> Any:
     if isinstance(spec, tuple) and 1 <= len(spec) <= 3:
         return spec[0]
     return spec
-
-
-def _rows(tensors: Any) -> int:
-    import tensorflow as tf
-
-    counts = {int(t.shape[0]) for t in tf.nest.flatten(tensors) if t.shape.rank}
-    if len(counts) != 1:
-        raise ConfigError(
-            "The inputs of x have different numbers of rows",
-            value=sorted(counts),
-            fix="pass arrays with one row per example each",
-        )
-    rows = counts.pop()
-    if rows == 0:
-        raise ConfigError("x has no rows", value=0, fix="pass at least one row")
-    return rows
-
-
-def _batches(tensors: Any, *, rows: int, global_batch: int) -> Any:
-    """Global batches of ``tensors`` gathered by index; the last one filled up from the start."""
-    import tensorflow as tf
-
-    total = -(-rows // global_batch) * global_batch
-    return (
-        tf.data.Dataset.range(0, total, global_batch)
-        .map(
-            lambda start: tf.nest.map_structure(
-                lambda t: tf.gather(t, tf.math.floormod(tf.range(start, start + global_batch), rows)),
-                tensors,
-            ),
-            num_parallel_calls=host.cores(),
-        )
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(in_memory_options(tf))
-    )
 
 
 def _compiled(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:

@@ -16,6 +16,7 @@ from tfgpu.train import callbacks as callback_setup
 from tfgpu.train.callbacks import pythonify
 
 if TYPE_CHECKING:
+    from tfgpu.train.adapters import Adapter
     from tfgpu.train.task import Task
 
 ALL = 2**31 - 1
@@ -64,13 +65,14 @@ class Evaluator:
             callbacks.on_test_begin()
         self.model.reset_metrics()
         self._rows.assign(0.0)
-        iterator, _ = source.iterator(0)
         acting = callbacks is not None and callback_setup.acting_per_batch(callbacks, kind="test")
-        if acting:
-            # a batch's hooks only where there is one (arrays: Keras calls none past the last)
-            out = self._batch_by_batch(iterator, limit or source.known_length() or ALL, callbacks, acting)
-        else:
-            out = self._run(iterator, execution.limit(limit or ALL))
+        with source.adapter.epoch(reset=True):  # a PyDataset's hooks, as Keras's evaluate calls them
+            iterator, _ = source.iterator(0)
+            if acting:
+                # a batch's hooks only where there is one (arrays: Keras calls none past the last)
+                out = self._batch_by_batch(iterator, limit or source.known_length() or ALL, callbacks, acting)
+            else:
+                out = self._run(iterator, execution.limit(limit or ALL))
         logs = pythonify(out.logs)
         if not acting:
             steps = int(out.steps)
@@ -109,14 +111,14 @@ def evaluator_for(strategy: Any, model: Any) -> Evaluator:
 
 
 def input_for(
-    data: Any, task: Task, strategy: Any, *, feed: Any, global_batch: int, training: bool = False
+    data: Adapter, task: Task, strategy: Any, *, feed: Any, global_batch: int, training: bool = False
 ) -> inputs.Input:
     """``data`` as ``strategy``'s replicas read it, fed by ``feed`` (``distribute.input_strategy``;
     None: iterated as it is). Under ParameterServerStrategy the coordinator evaluates, reading
     the data itself (``evaluation_strategy``). The one recipe of ``Setup.input`` and
     ``tfgpu.evaluate``."""
     local = not training and distribute.is_parameter_server(strategy)
-    return inputs.Input(
+    return inputs.input_of(
         data,
         task=task,
         training=training,

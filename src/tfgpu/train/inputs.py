@@ -1,28 +1,22 @@
-"""Training and evaluation input: a data source made into a (distributed) dataset once, iterated each epoch.
+"""Training and evaluation input: an adapter's data made into a (distributed) dataset once, iterated each epoch.
 
 Rebuilding the dataset each epoch costs a GPU dearly: from in-memory arrays it copies the arrays
 every epoch (measured -44% on an H100 CNN), and it drops whatever a pipeline had cached. So each
-source is built once per Trainer and a fresh iterator is taken each epoch:
+source is built once per Trainer and a fresh iterator is taken each epoch. One ``Input`` class
+reads each kind of data (``adapters.Adapter.input_class`` names it; ``input_of`` makes it):
 
-- arrays in memory, ``(x, y)`` or ``(x, y, sample_weight)`` with x an array or a dict of arrays:
-  made into tensors once; batches are gathered by index, as Keras does for arrays. Training
-  batches follow a stateless permutation seeded by ``(Task.seed, epoch)``, so a resumed run sees
-  the same order as an uninterrupted one. The short last batch is trained, as Keras trains it,
-  split over the replicas as evenly as rows allow (each replica's loss scaled by its share:
-  ``losses``); only a remainder with fewer rows than replicas is dropped, since a replica with
-  no rows fails some kernels (oneDNN's Conv2D) and skews BatchNormalization. One dataset runs
-  over all epochs and its iterator is kept (see ``Input``). Evaluation takes every row once.
-- ``fn(input_context, per_replica_batch)``: called once per worker. A function that also takes an
-  ``epoch`` keyword asks to be called again each epoch, with the epoch (for orders it seeds itself).
-- a tfgpu dataset directory: ``tfgpu.data.pipeline``, whose shuffles reshuffle on each iteration.
+- ``ArraysInput``: arrays in memory, batches gathered by index (below);
+- ``DatasetInput``: a ``tf.data.Dataset`` of global batches (a PyDataset's and a generator's
+  too), distributed with ``experimental_distribute_dataset`` (each replica its slice of each
+  global batch, each worker its share), iterated as it is on one host-CPU replica;
+- ``FunctionInput``: ``fn(input_context, per_replica_batch)``, called once per worker (again each
+  epoch, with the epoch, when it takes an ``epoch`` keyword);
+- ``DirectoryInput``: a tfgpu dataset directory, ``tfgpu.data.pipeline``, whose shuffles
+  reshuffle on each iteration.
 
 Where the replicas are not the host CPU, the strategy's distributed iterator copies each batch to
 its device ahead of the step (fetch-to-device); one replica on the host CPU iterates the dataset
 directly, since the distributed iterator's bookkeeping measured about 20% of a small step there.
-
-- a ``tf.data.Dataset`` of global batches, as Keras's ``fit`` takes it: distributed with
-  ``experimental_distribute_dataset`` (each replica its slice of each global batch, each worker
-  its share), iterated as it is on one host-CPU replica.
 
 With ``steps_per_epoch`` (arrays always; other sources when the Task sets it) an epoch is that many
 steps and the iterator goes on from one epoch to the next, as Keras does; it starts again when the
@@ -32,109 +26,56 @@ data runs out. ``class_weight`` becomes sample weights, in the input pipeline.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import itertools
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfgpu import distribute, host
-from tfgpu.errors import ConfigError, TfgpuError
+from tfgpu.errors import ConfigError
 from tfgpu.graphs import as_written
 from tfgpu.text import counted
-from tfgpu.train import sources
 
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
 
-
-def trains_short_batch(rows: int, global_batch: int, replicas: int) -> bool:
-    """Whether an epoch of ``rows`` ends in a short batch that is trained: one with at least a row
-    for each replica (with fewer, a replica would have none, and the rows are dropped)."""
-    return rows % global_batch >= replicas
+Adapter = Any  # a ``train.adapters.Adapter``: the adapters make inputs, inputs never ask them back
 
 
-def training_steps(rows: int, global_batch: int, replicas: int) -> int:
-    """Steps in an epoch of arrays: the whole global batches and the short last one, unless it has
-    fewer rows than replicas (``trains_short_batch``); refused when none."""
-    whole, short = divmod(rows, global_batch)
-    steps = whole + trains_short_batch(rows, global_batch, replicas)
-    if steps == 0:
-        raise ConfigError(
-            f"train_data has {counted(rows, 'row')}, fewer than one per replica ({replicas} replicas)",
-            value=rows,
-            fix="give at least one row per replica, or train on fewer replicas (strategy=)",
-        )
-    if 0 < short < replicas:
-        from tfgpu import choices
-
-        choices.record(
-            "short last batch",
-            f"{counted(short, 'row')} dropped each epoch",
-            f"fewer rows than the {replicas} replicas: a replica would have none",
-        )
-    return steps
-
-
-def _refuse_fewer_rows_than_a_batch(rows: int, global_batch: int) -> None:
-    """Training takes whole global batches: fewer rows than one would train nothing."""
-    if 0 <= rows < global_batch:
-        raise ConfigError(
-            f"train_data has {rows} rows, fewer than one global batch ({global_batch})",
-            value=rows,
-            fix="lower Task.batch_size, or give more rows",
-        )
-
-
-def takes_batch(fn: Callable[..., Any]) -> bool:
-    """False for ``dataset_fn(input_context)`` alone, as TensorFlow's parameter-server tutorial
-    (and Keras 2's ``DatasetCreator``) write it: it reads the per-replica batch from the context."""
-    try:
-        parameters = [
-            p
-            for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL) and p.name != "epoch"
-        ]
-    except (TypeError, ValueError):
-        return True
-    return len(parameters) != 1 or parameters[0].kind == parameters[0].VAR_POSITIONAL
-
-
-def takes_epoch(fn: Callable[..., Any]) -> bool:
-    try:
-        return "epoch" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+def input_of(adapter: Adapter, *, converted: tuple[Any, int] | None = None, **reading: Any) -> Input:
+    """The ``Input`` that reads ``adapter``'s data (its ``reader``; ``Input``'s keywords);
+    ``converted``: the arrays as another input holds them (``ArraysInput``)."""
+    held = {} if converted is None else {"converted": converted}
+    return adapter.reader(adapter, **held, **reading)
 
 
 class Input:
-    """One data source for training or evaluation, built once.
+    """One data source for training or evaluation, built once; what every kind shares.
 
-    ``iterator(epoch, step)`` gives an iterator and the batches to skip to reach that point. Arrays
-    in training have a known number of steps per epoch (``steps_per_epoch``): their dataset runs
-    on over the epochs, and the iterator is kept from one epoch (and one ``fit``) to the next, so
-    nothing is rebuilt and the prefetch buffers stay full across the epoch boundary. The caller
-    says where it stopped with ``stopped_at``.
+    ``iterator(epoch, step)`` gives an iterator and the batches to skip to reach that point. With a
+    known number of steps per epoch (``steps_per_epoch``) the dataset runs on over the epochs, and
+    the iterator is kept from one epoch (and one ``fit``) to the next, so nothing is rebuilt and
+    the prefetch buffers stay full across the epoch boundary. The caller says where it stopped
+    with ``stopped_at``. A kind says how its dataset is made (``_made``, ``_build``).
     """
+
+    exact = False  # tfgpu cuts every batch itself: each epoch's batches known, the short one included
+    weighs_batches = True  # class weights are applied to each batch (arrays: once, to the arrays)
+    per_epoch = False  # the dataset is made again each epoch
+    converted: tuple[Any, int] | None = None  # arrays as an ``ArraysInput`` holds them
 
     def __init__(
         self,
-        source: Any,
+        adapter: Adapter,
         *,
         task: Any,
         training: bool,
         global_batch: int,
         strategy: Any,
         direct: bool,
-        converted: tuple[Any, int] | None = None,
     ) -> None:
-        import tensorflow as tf
-
-        self.source, self.task, self.training = source, task, training
+        self.adapter, self.source, self.task, self.training = adapter, adapter.data, task, training
         self.global_batch, self.strategy, self.direct = global_batch, strategy, direct
-        self.kind = kind = sources.kind_of(source)  # what the data is, asked once
-        self.per_epoch = kind == sources.FUNCTION and takes_epoch(source)
         self.steps_per_epoch: int | None = task.steps_per_epoch if training else None
         self.element_spec: Any = None  # one worker's dataset's, set when it is built
         # a map of tfgpu's own, traced as written (``tfgpu.graphs``)
@@ -146,72 +87,10 @@ class Input:
         self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
-        self._drop_remainder: bool | None = None  # a directory's: None is the pipeline's default
-        self._by_steps = False  # arrays with a steps_per_epoch of their own (``pass_at``)
-        if training and kind == sources.DIRECTORY:
-            self._check_directory_rows(source)
-        if self.arrays_given:
-            self._tensors, rows = converted if converted is not None else self._converted(source)
-            self._rows = rows
-            if training:
-                self._pass_steps = training_steps(rows, global_batch, self.replicas)
-                self._by_steps = task.steps_per_epoch not in (None, self._pass_steps)
-                self.steps_per_epoch = task.steps_per_epoch if self._by_steps else self._pass_steps
-                with tf.device("/cpu:0"):
-                    self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
-
-    def _converted(self, source: Any) -> tuple[Any, int]:
-        """(the arrays as tensors in host memory, class weights made sample weights; their
-        rows): made once a fit, and shared by every variant a tuning tries (``converted``)."""
-        import tensorflow as tf
-
-        if self._weigh is not None:
-            source = self._weigh(*source)
-        rows = sources.array_rows(source)
-        with tf.device("/cpu:0"):
-            return tf.nest.map_structure(tf.convert_to_tensor, _as_keras_packs(tuple(source))), rows
 
     @property
-    def converted(self) -> tuple[Any, int] | None:
-        """The arrays as this input holds them, for another input over the same arrays in
-        another batch or strategy (a tuning trial's); None for data that is not arrays."""
-        return (self._tensors, self._rows) if self.arrays_given else None
-
-    def _check_directory_rows(self, source: Any) -> None:
-        """On one worker a directory's global batches are split by the strategy, the short last
-        one trained unless it has fewer rows than replicas; across workers each replica reads its
-        own batches from its worker's files, in whole steps."""
-        from tfgpu import data
-
-        rows = data.load(source).known_rows
-        if not self._split_globally():
-            _refuse_fewer_rows_than_a_batch(rows, self.global_batch)
-            return
-        if rows >= 0:
-            training_steps(rows, self.global_batch, self.replicas)
-        self._drop_remainder = rows < 0 or not trains_short_batch(rows, self.global_batch, self.replicas)
-
-    def _split_globally(self) -> bool:
-        """A training directory read on one worker as one pipeline of global batches."""
-        return (
-            self.training
-            and self.kind == sources.DIRECTORY
-            and (self.strategy is None or not distribute.spans_workers(self.strategy))
-        )
-
-    @property
-    def replicas(self) -> int:
-        """The replicas in sync (1 with no strategy: one replica read directly)."""
+    def replicas(self) -> int:  # in sync (1 with no strategy: one replica read directly)
         return 1 if self.strategy is None else self.strategy.num_replicas_in_sync
-
-    @property
-    def is_dataset(self) -> bool:
-        return self.kind == sources.DATASET
-
-    @property
-    def arrays_given(self) -> bool:
-        """The data came as arrays: tfgpu batches them itself, from tensors held in memory."""
-        return self.kind == sources.ARRAYS
 
     def iterator(self, epoch: int, step: int = 0) -> tuple[Any, int]:
         """An iterator for ``epoch`` and the batches to skip in it to reach ``step``."""
@@ -219,41 +98,32 @@ class Input:
             if self._live is not None and self._live[1:] == (epoch, step):
                 return self._live[0], 0
             self._live = None  # the old iterator (and its prefetch threads) goes first
-            if self.arrays_given:
-                first, offset = self._pass_at(epoch)
-                self._first_epoch.assign(first)  # read when the iterator starts
-                step += offset
+            step = self._start(epoch, step)
         return iter(self.built(epoch)), step
 
+    def _start(self, epoch: int, step: int) -> int:
+        return step  # the batches a new iterator over the epochs skips to start ``epoch`` at ``step``
+
     def known_length(self) -> int | None:
-        """Batches in a pass when known: arrays' (in training the epoch's steps), a
-        ``tf.data.Dataset``'s when tf.data knows (None: unknown or infinite)."""
-        if self.arrays_given:
-            return self.steps_per_epoch if self.training else -(-self._rows // self.global_batch)
-        if not self.is_dataset:
-            return None
-        batches = int(self.source.cardinality())
-        return batches if batches > 0 else None
+        return None  # batches in a pass when known (None: unknown or infinite)
 
     @property
     def counted(self) -> bool:
-        """Every batch of a pass can be taken without asking whether the data has ended: arrays
-        (tfgpu batches them itself) or a dataset whose length tf.data knows, on one device. The
-        loop and the tuner then run the bare loop's shape (``execution.in_graph_loop``'s
-        ``known``); several replicas or workers keep the end-of-data path, where a distributed
-        iterator's short last batch is agreed on."""
+        """Every batch of a pass can be taken without asking whether the data has ended (the bare
+        loop's shape: ``execution.in_graph_loop``'s ``known``): arrays, or data of a known length
+        on one device; several replicas agree on a distributed iterator's short last batch."""
         strategy = self.strategy
         if strategy is not None and (strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)):
             return False
-        return self.arrays_given or self.known_length() is not None
+        return self.exact or self.known_length() is not None
 
     def set_tf_options(self, options: Any) -> None:
         """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""
         self.tf_options, self._built, self._live = options, None, None
 
     def trial_iterator(self, options: Any) -> Any:
-        """A fresh iterator over the data from its start, with ``options`` added (None: as it
-        is), that leaves the run's own dataset and iterator as they are (tune=True's trials)."""
+        """A fresh iterator from the data's start with ``options`` added (None: as it is), the
+        run's own left as they are (tune=True's trials)."""
         kept = self.tf_options
         self.tf_options = options
         try:
@@ -262,8 +132,7 @@ class Input:
             self.tf_options = kept
 
     def built(self, epoch: int = 0) -> Any:
-        """The (distributed) dataset for ``epoch``: built once, or each epoch for a function that
-        takes the epoch."""
+        """The (distributed) dataset for ``epoch``: built once (``per_epoch``: each epoch)."""
         if self._built is None or (self.per_epoch and self._built_epoch != epoch):
             self._built, self._built_epoch = self._build(epoch), epoch
         return self._built
@@ -273,10 +142,7 @@ class Input:
         import tensorflow as tf
 
         if self.element_spec is None:
-            if self.is_dataset:
-                dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
-                self.element_spec = dataset.element_spec
-            elif distribute.is_parameter_server(self.strategy):
+            if distribute.is_parameter_server(self.strategy):
                 # the workers build their own datasets; this one is only looked at
                 self.per_worker_factory()(tf.distribute.InputContext())
             else:
@@ -285,89 +151,195 @@ class Input:
 
     def per_worker_factory(self) -> Callable[[Any], Any]:
         """fn(input_context) -> this source's dataset on one worker (ParameterServerStrategy)."""
-        if self.is_dataset:
-            return _copied_to_each_worker(
-                self.source.map(self._weigh) if self._weigh is not None else self.source
-            )
         return self._per_worker(0)
 
     def epoch_length(self, epoch: int) -> int | None:
-        """Steps in ``epoch`` when known: ``steps_per_epoch``, but for arrays with one of their
-        own, as many as are left in the pass where that is fewer (``pass_at``)."""
-        if not self._by_steps:
-            return self.steps_per_epoch
-        return min(self.steps_per_epoch, self._pass_steps - self._pass_at(epoch)[1])
-
-    def _pass_at(self, epoch: int) -> tuple[int, int]:
-        """(pass, batches into it) where ``epoch`` starts: the epoch itself and 0 but for arrays
-        with a ``steps_per_epoch`` of their own (``pass_at``)."""
-        if not self._by_steps:
-            return epoch, 0
-        return pass_at(epoch, per_epoch=self.steps_per_epoch, pass_steps=self._pass_steps)
+        return self.steps_per_epoch  # steps in ``epoch`` when known
 
     def stopped_at(self, iterator: Any, epoch: int, step: int, *, exhausted: bool = False) -> None:
         """Where ``iterator`` now stands (the next batch is ``step`` of ``epoch``); ``exhausted``:
         it ran out of data, so the next epoch starts a new one."""
         if self.steps_per_epoch is None:
             return
-        if self._by_steps and not exhausted:  # the pass ended with the epoch: the next starts one
-            exhausted = self._pass_at(epoch)[1] + step >= self._pass_steps
-        if exhausted:
+        if exhausted or self._pass_ended(epoch, step):
             self._live = None
             return
         if step >= self.steps_per_epoch:
             epoch, step = epoch + 1, 0
         self._live = (iterator, epoch, step)
 
+    def _pass_ended(self, epoch: int, step: int) -> bool:
+        return False  # the data's pass ends with ``epoch`` at ``step`` (arrays by steps: ``pass_at``)
+
     def _build(self, epoch: int) -> Any:
+        """The dataset as the replicas read it: each worker's own from ``_per_worker``."""
         import tensorflow as tf
 
-        if self.is_dataset:
-            dataset = self.source.map(self._weigh) if self._weigh is not None else self.source
-            dataset = _sliced_per_batch(dataset, self.strategy, direct=self.direct)
-            if self.tf_options is not None:
-                dataset = over(dataset, self.tf_options)
-            self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
-            return dataset if self.direct else self.strategy.experimental_distribute_dataset(bounded(dataset))
         make = self._per_worker(epoch)
         if self.direct:
             return make(tf.distribute.InputContext())
-        if self._split_globally():  # global batches, split over the replicas as a Dataset's are
-            return self.strategy.experimental_distribute_dataset(make(tf.distribute.InputContext()))
         return self.strategy.distribute_datasets_from_function(make)
 
     def _per_worker(self, epoch: int) -> Callable[[Any], Any]:
-        from tfgpu import data
-
-        source, task, training = self.source, self.task, self.training
-
         def make(ctx: Any) -> Any:
-            dataset = made(ctx)
-            if self.tf_options is not None:
-                dataset = over(dataset, self.tf_options)
-            self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
-            return bounded(dataset)
-
-        def made(ctx: Any) -> Any:
-            per_replica = ctx.get_per_replica_batch_size(self.global_batch)
-            if self.arrays_given:
-                return self._arrays(ctx, per_replica)
-            if self.kind == sources.FUNCTION:
-                args = (ctx, per_replica) if takes_batch(source) else (ctx,)
-                dataset = source(*args, epoch=epoch) if self.per_epoch else source(*args)
-                _check_dataset(dataset, source, training=training)
-            else:
-                dataset = data.pipeline(
-                    source,
-                    batch_size=per_replica,
-                    input_context=ctx,
-                    options=_pipeline_options(task, training, drop_remainder=self._drop_remainder),
-                )
-            return dataset.map(self._weigh) if self._weigh is not None else dataset
+            dataset = self._made(ctx, ctx.get_per_replica_batch_size(self.global_batch), epoch)
+            if self._weigh is not None and self.weighs_batches:
+                dataset = dataset.map(self._weigh)
+            return bounded(self._finished(dataset))
 
         return make
 
-    def _arrays(self, ctx: Any, per_replica: int) -> Any:
+    def _made(self, ctx: Any, per_replica: int, epoch: int) -> Any:
+        raise NotImplementedError  # one worker's dataset of its replicas' batches
+
+    def _finished(self, dataset: Any) -> Any:
+        """``dataset`` with the tuning's options over its own; its spec and cache noted."""
+        if self.tf_options is not None:
+            dataset = over(dataset, self.tf_options)
+        self.element_spec, self.caches = dataset.element_spec, has_cache(dataset)
+        return dataset
+
+
+class DatasetInput(Input):
+    """A ``tf.data.Dataset`` of global batches (a PyDataset's and a generator's too)."""
+
+    def known_length(self) -> int | None:
+        return self.adapter.known_batches()
+
+    def _weighed(self) -> Any:
+        return self.source.map(self._weigh) if self._weigh is not None else self.source
+
+    def spec(self) -> Any:
+        if self.element_spec is None:
+            self.element_spec = self._weighed().element_spec
+        return self.element_spec
+
+    def per_worker_factory(self) -> Callable[[Any], Any]:
+        return _copied_to_each_worker(self._weighed())
+
+    def _build(self, epoch: int) -> Any:
+        dataset = self._finished(_sliced_per_batch(self._weighed(), self.strategy, direct=self.direct))
+        return dataset if self.direct else self.strategy.experimental_distribute_dataset(bounded(dataset))
+
+
+class FunctionInput(Input):
+    """``fn(input_context[, per_replica_batch][, epoch=])``, called once per worker (each epoch
+    when it takes the epoch)."""
+
+    @property
+    def per_epoch(self) -> bool:  # type: ignore[override]
+        return self.adapter.takes_epoch()
+
+    def _made(self, ctx: Any, per_replica: int, epoch: int) -> Any:
+        return self.adapter.called(
+            ctx, per_replica, epoch=epoch, role="train_data" if self.training else "eval_data"
+        )
+
+
+class DirectoryInput(Input):
+    """A tfgpu dataset directory, read by ``tfgpu.data.pipeline``. On one worker its training
+    batches are global batches split by the strategy, the short last one trained unless it has
+    fewer rows than replicas; across workers each replica reads its own batches from its
+    worker's files, in whole steps."""
+
+    def __init__(self, adapter: Adapter, **reading: Any) -> None:
+        super().__init__(adapter, **reading)
+        self._drop_remainder: bool | None = None  # None: the pipeline's default
+        if self.training:
+            from tfgpu import data
+
+            rows = data.load(self.source).known_rows
+            if not self._split_globally():
+                _refuse_fewer_rows_than_a_batch(rows, self.global_batch)
+            else:
+                if rows >= 0:
+                    training_steps(rows, self.global_batch, self.replicas)
+                self._drop_remainder = rows < 0 or not trains_short_batch(
+                    rows, self.global_batch, self.replicas
+                )
+
+    def _split_globally(self) -> bool:
+        """Training read on one worker as one pipeline of global batches."""
+        return self.training and (self.strategy is None or not distribute.spans_workers(self.strategy))
+
+    def _build(self, epoch: int) -> Any:
+        import tensorflow as tf
+
+        if self._split_globally() and not self.direct:  # global batches, split as a Dataset's are
+            make = self._per_worker(epoch)
+            return self.strategy.experimental_distribute_dataset(make(tf.distribute.InputContext()))
+        return super()._build(epoch)
+
+    def _made(self, ctx: Any, per_replica: int, epoch: int) -> Any:
+        from tfgpu import data
+
+        options = _pipeline_options(self.task, self.training, drop_remainder=self._drop_remainder)
+        return data.pipeline(self.source, batch_size=per_replica, input_context=ctx, options=options)
+
+
+class ArraysInput(Input):
+    """Arrays ``(x,)``, ``(x, y)`` or ``(x, y, sample_weight)``: in training, a known number of
+    steps per epoch (``steps_per_epoch``, or one of the Task's own: ``pass_at``)."""
+
+    exact = True
+    weighs_batches = False  # class weights become sample weights once, in ``_converted``
+
+    def __init__(self, adapter: Any, *, converted: tuple[Any, int] | None = None, **reading: Any) -> None:
+        import tensorflow as tf
+
+        super().__init__(adapter, **reading)
+        self._by_steps = False  # a steps_per_epoch of the Task's own (``pass_at``)
+        self._tensors, self._rows = converted if converted is not None else self._converted(self.source)
+        if self.training:
+            self._pass_steps = training_steps(self._rows, self.global_batch, self.replicas)
+            self._by_steps = self.task.steps_per_epoch not in (None, self._pass_steps)
+            self.steps_per_epoch = self.task.steps_per_epoch if self._by_steps else self._pass_steps
+            with tf.device("/cpu:0"):
+                self._first_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="first_epoch")
+
+    def _converted(self, source: Any) -> tuple[Any, int]:
+        """(the arrays as tensors in host memory, class weights made sample weights; their
+        rows): made once a fit, and shared by every variant a tuning tries (``converted``)."""
+        import tensorflow as tf
+
+        if self._weigh is not None:
+            source = self._weigh(*source)
+        with tf.device("/cpu:0"):
+            return tf.nest.map_structure(
+                tf.convert_to_tensor, _as_keras_packs(tuple(source))
+            ), self.adapter.rows
+
+    @property
+    def converted(self) -> tuple[Any, int] | None:  # type: ignore[override]
+        """The arrays as this input holds them, for another input over the same arrays in
+        another batch or strategy (a tuning trial's)."""
+        return self._tensors, self._rows
+
+    def known_length(self) -> int | None:
+        return self.steps_per_epoch if self.training else -(-self._rows // self.global_batch)
+
+    def _start(self, epoch: int, step: int) -> int:
+        first, offset = self._pass_at(epoch)
+        self._first_epoch.assign(first)  # read when the iterator starts
+        return step + offset
+
+    def epoch_length(self, epoch: int) -> int | None:
+        """Steps in ``epoch``: ``steps_per_epoch``, but with one of the Task's own, as many as
+        are left in the pass where that is fewer (``pass_at``)."""
+        if not self._by_steps:
+            return self.steps_per_epoch
+        return min(self.steps_per_epoch, self._pass_steps - self._pass_at(epoch)[1])
+
+    def _pass_at(self, epoch: int) -> tuple[int, int]:
+        """(pass, batches into it) where ``epoch`` starts (``pass_at``)."""
+        if not self._by_steps:
+            return epoch, 0
+        return pass_at(epoch, per_epoch=self.steps_per_epoch, pass_steps=self._pass_steps)
+
+    def _pass_ended(self, epoch: int, step: int) -> bool:
+        return self._by_steps and self._pass_at(epoch)[1] + step >= self._pass_steps
+
+    def _made(self, ctx: Any, per_replica: int, epoch: int) -> Any:
         """Index batches of this worker, gathered from the tensors a chunk of batches at a time;
         in evaluation, this worker's share of the rows in batches, every row once."""
         import tensorflow as tf
@@ -477,6 +449,76 @@ def pass_at(epoch: int, *, per_epoch: int, pass_steps: int) -> tuple[int, int]:
     return passes, offset
 
 
+def _as_keras_packs(parts: tuple[Any, ...]) -> Any:
+    """The batch structure Keras gives ``train_step`` for these arrays: x alone when only x was
+    given (``pack_x_y_sample_weight``), not the 1-tuple ``(x,)`` (keras-io's VAE read its images
+    as ``data[0]``, and got a batch of one); a tuple of several inputs stays ``(x,)``."""
+    if len(parts) == 1 and not isinstance(parts[0], tuple | list):
+        return parts[0]
+    return parts
+
+
+CHUNK_BYTES = 8 << 20
+
+
+def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: bool) -> Any:
+    """Batches gathered several at a time (one map call per chunk: small batches are cheap).
+
+    A chunk holds up to 16 batches and about 8 MiB; evaluation batches can be short, so they
+    are gathered one by one.
+    """
+    import tensorflow as tf
+
+    # static shapes, in Python: under ParameterServerStrategy this runs while a function traces
+    row_bytes = sum(t.dtype.size * max(1, math.prod(t.shape[1:])) for t in tf.nest.flatten(tensors))
+    chunk = max(1, min(16, CHUNK_BYTES // max(1, row_bytes * per_replica))) if training else 1
+
+    def gather(i: Any) -> Any:
+        return tf.nest.map_structure(lambda t: tf.gather(t, i), tensors)
+
+    if chunk == 1:
+        return index.map(as_written(gather), num_parallel_calls=host.cores())
+    return index.batch(chunk).map(as_written(gather), num_parallel_calls=host.cores()).unbatch()
+
+
+def trains_short_batch(rows: int, global_batch: int, replicas: int) -> bool:
+    """Whether an epoch of ``rows`` ends in a short batch that is trained: one with at least a row
+    for each replica (with fewer, a replica would have none, and the rows are dropped)."""
+    return rows % global_batch >= replicas
+
+
+def training_steps(rows: int, global_batch: int, replicas: int) -> int:
+    """Steps in an epoch of arrays: the whole global batches and the short last one, unless it has
+    fewer rows than replicas (``trains_short_batch``); refused when none."""
+    whole, short = divmod(rows, global_batch)
+    steps = whole + trains_short_batch(rows, global_batch, replicas)
+    if steps == 0:
+        raise ConfigError(
+            f"train_data has {counted(rows, 'row')}, fewer than one per replica ({replicas} replicas)",
+            value=rows,
+            fix="give at least one row per replica, or train on fewer replicas (strategy=)",
+        )
+    if 0 < short < replicas:
+        from tfgpu import choices
+
+        choices.record(
+            "short last batch",
+            f"{counted(short, 'row')} dropped each epoch",
+            f"fewer rows than the {replicas} replicas: a replica would have none",
+        )
+    return steps
+
+
+def _refuse_fewer_rows_than_a_batch(rows: int, global_batch: int) -> None:
+    """Training takes whole global batches: fewer rows than one would train nothing."""
+    if 0 <= rows < global_batch:
+        raise ConfigError(
+            f"train_data has {rows} rows, fewer than one global batch ({global_batch})",
+            value=rows,
+            fix="lower Task.batch_size, or give more rows",
+        )
+
+
 def _sliced_per_batch(dataset: Any, strategy: Any, *, direct: bool) -> Any:
     """A Dataset of global batches read by several workers, each taking its replicas' slices of
     every global batch (DATA sharding), as the docs promise and one device trains: TensorFlow's
@@ -515,15 +557,6 @@ def over(dataset: Any, options: Any) -> Any:
         absl.removeFilter(overriding)
 
 
-def _as_keras_packs(parts: tuple[Any, ...]) -> Any:
-    """The batch structure Keras gives ``train_step`` for these arrays: x alone when only x was
-    given (``pack_x_y_sample_weight``), not the 1-tuple ``(x,)`` (keras-io's VAE read its images
-    as ``data[0]``, and got a batch of one); a tuple of several inputs stays ``(x,)``."""
-    if len(parts) == 1 and not isinstance(parts[0], tuple | list):
-        return parts[0]
-    return parts
-
-
 def _copied_to_each_worker(dataset: Any) -> Callable[[Any], Any]:
     """fn(input_context) -> ``dataset`` made anew on the worker that calls it, from its graph.
 
@@ -559,9 +592,6 @@ def _pipeline_options(task: Task, training: bool, *, drop_remainder: bool | None
     )
 
 
-CHUNK_BYTES = 8 << 20
-
-
 def has_cache(dataset: Any) -> bool:
     """Whether a ``cache()`` stage is in the dataset's chain (its first pass fills it)."""
     node = dataset
@@ -570,18 +600,6 @@ def has_cache(dataset: Any) -> bool:
             return True
         node = getattr(node, "_input_dataset", None)
     return False
-
-
-def _check_dataset(dataset: Any, fn: Any, *, training: bool) -> None:
-    if sources.kind_of(dataset) != sources.DATASET:
-        name = getattr(fn, "__qualname__", repr(fn))
-        raise ConfigError(
-            f"The {'train' if training else 'eval'}_data function {name} returned "
-            f"{type(dataset).__name__}, not a tf.data.Dataset",
-            value=dataset if dataset is None else type(dataset).__name__,
-            fix="return tf.data.Dataset.from_tensor_slices((x, y)).batch(per_replica_batch) "
-            "(or pass arrays as train_data=(x, y))",
-        )
 
 
 def _class_weights(class_weight: dict[Any, float]) -> Callable[..., Any]:
@@ -628,41 +646,6 @@ def _class_weights(class_weight: dict[Any, float]) -> Callable[..., Any]:
         return x, batch[1], weights
 
     return weigh
-
-
-def _gather_in_chunks(index: Any, tensors: Any, *, per_replica: int, training: bool) -> Any:
-    """Batches gathered several at a time (one map call per chunk: small batches are cheap).
-
-    A chunk holds up to 16 batches and about 8 MiB; evaluation batches can be short, so they
-    are gathered one by one.
-    """
-    import tensorflow as tf
-
-    # static shapes, in Python: under ParameterServerStrategy this runs while a function traces
-    row_bytes = sum(t.dtype.size * max(1, math.prod(t.shape[1:])) for t in tf.nest.flatten(tensors))
-    chunk = max(1, min(16, CHUNK_BYTES // max(1, row_bytes * per_replica))) if training else 1
-
-    def gather(i: Any) -> Any:
-        return tf.nest.map_structure(lambda t: tf.gather(t, i), tensors)
-
-    if chunk == 1:
-        return index.map(as_written(gather), num_parallel_calls=host.cores())
-    return index.batch(chunk).map(as_written(gather), num_parallel_calls=host.cores()).unbatch()
-
-
-def steps_per_epoch(source: Any, global_batch: int, replicas: int) -> int | None:
-    """Training steps in one epoch when the source says (arrays, a dataset directory), else None."""
-    kind = sources.kind_of(source)
-    if kind == sources.ARRAYS:
-        return training_steps(sources.array_rows(source), global_batch, replicas)
-    if kind != sources.DIRECTORY:
-        return None
-    from tfgpu import data
-
-    try:
-        return data.load(Path(source)).total_rows // global_batch
-    except TfgpuError:
-        return None
 
 
 def bounded(dataset: Any) -> Any:

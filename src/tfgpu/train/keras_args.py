@@ -12,8 +12,8 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
+from tfgpu.train import adapters
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import sources
 
 
 def check_arguments(model: Any, *, class_weight: Any, validation_freq: Any) -> None:
@@ -43,10 +43,10 @@ def _check_validation_freq(freq: Any) -> None:
         )
 
 
-def check_auto_batch(batch_size: Any, train: sources.Source) -> None:
+def check_auto_batch(batch_size: Any, train: adapters.Adapter) -> None:
     if batch_size == "auto" and train.batched:
         raise ConfigError(
-            "batch_size='auto' cannot batch a tf.data.Dataset: its batches are made already",
+            f"batch_size='auto' cannot batch a {train.kind}: its batches are made already",
             value=train.kind,
             fix="pass arrays (or a tfgpu dataset directory) with batch_size='auto', or an unbatched "
             "dataset's batch size yourself",

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfgpu import distribute
+from tfgpu.train import adapters, keras_args, placement, split
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import keras_args, placement, sources, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
 from tfgpu.train.task import Task
@@ -138,16 +138,16 @@ def fit(
         devices_per_replica=devices_per_replica,
         micro_batches=micro_batches,
     )
-    train = sources.of(x, y, sample_weight, role="x", model=model, shuffle=bool(shuffle))
-    validation = None if validation_data is None else sources.validation(validation_data, model=model)
-    keras_args.check_auto_batch(batch_size, train)
+    steps = (steps_per_epoch, validation_steps)
+    train, validation = _through_door(
+        model, (x, y, sample_weight, validation_data), shuffle, batch_size, steps
+    )
     batch = None if batch_size == "auto" else batch_size
-    placed = _placed(model, x, strategy, options, lambda replicas: train.per_replica(batch, replicas))
-    trained = placed.model
+    placed = _placed(model, train, strategy, options, lambda replicas: train.per_replica(batch, replicas))
     task = Task(
-        model=lambda: trained,
-        train_data=train.data,
-        eval_data=None if validation is None else validation.data,
+        model=lambda: placed.model,
+        train_data=train,
+        eval_data=validation,
         batch_size=train.per_replica(batch, int(placed.strategy.num_replicas_in_sync)),
         steps_per_epoch=steps_per_epoch,
         seed=keras_args.shuffle_seed(seed),
@@ -156,21 +156,40 @@ def fit(
         class_weight=class_weight,
         validation_split=validation_split,
     )
-    keras_args.check_arguments(trained, class_weight=class_weight, validation_freq=validation_freq)
+    keras_args.check_arguments(placed.model, class_weight=class_weight, validation_freq=validation_freq)
     trainer = Trainer(task, placed=placed, options=options)
-    keras_args.say_per_batch(acting, per_batch, trained)
-    result = trainer.fit(
-        epochs=epochs,
-        initial_epoch=initial_epoch,
-        verbose=verbose if trainer.is_chief else 0,
-        validation_freq=validation_freq,
-        validation_steps=validation_steps,
-    )
-    return _history(model, trainer.model, result)
+    keras_args.say_per_batch(acting, per_batch, placed.model)
+    shown = verbose if trainer.is_chief else 0
+    kept = {
+        "initial_epoch": initial_epoch,
+        "validation_freq": validation_freq,
+        "validation_steps": validation_steps,
+    }
+    return _history(model, trainer.model, trainer.fit(epochs=epochs, verbose=shown, **kept))
+
+
+def _through_door(
+    model: Any, data: tuple[Any, Any, Any, Any], shuffle: Any, batch_size: Any, steps: tuple[Any, Any]
+) -> tuple[adapters.Adapter, adapters.Adapter | None]:
+    """The door (``adapters``): (training, validation) data of ``(x, y, sample_weight,
+    validation_data)``, each kind decided once; data that never ends refused without its
+    ``steps`` (``steps_per_epoch``, ``validation_steps``)."""
+    *given, validation_data = data
+    train = adapters.of(*given, role="x", model=model, shuffle=bool(shuffle))
+    validation = None if validation_data is None else adapters.validation(validation_data, model=model)
+    keras_args.check_auto_batch(batch_size, train)
+    train.check_steps(steps[0], argument="steps_per_epoch")
+    if validation is not None:
+        validation.check_steps(steps[1], argument="validation_steps")
+    return train, validation
 
 
 def _placed(
-    model: Any, x: Any, strategy: Any, options: TrainOptions, per_replica: Callable[[int], int]
+    model: Any,
+    data: adapters.Adapter,
+    strategy: Any,
+    options: TrainOptions,
+    per_replica: Callable[[int], int],
 ) -> placement.Placement:
     """Where the model trains (``placement.place``, once: the Trainer takes the decision as it
     is), built for ``x`` first as Keras's fit builds it; a split's stages weighed at the run's
@@ -180,7 +199,12 @@ def _placed(
         replicas = split.replicas(asked, strategy=strategy)
         global_batch = per_replica(replicas) * replicas
     return placement.place(
-        model, strategy, choose=distribute.strategy, split_as=asked, global_batch=global_batch, data=x
+        model,
+        strategy,
+        choose=distribute.strategy,
+        split_as=asked,
+        global_batch=global_batch,
+        x_shape=data.x_shape(),
     )
 
 
@@ -232,16 +256,17 @@ def evaluate(
             return_dict=return_dict,
         )
     model_setup.accepted(model, call="tfgpu.evaluate")
-    where = placement.place(model, strategy, choose=distribute.strategy, data=x)
+    data = adapters.of(x, y, sample_weight, role="x", model=model)
+    data.check_steps(steps, argument="steps")
+    where = placement.place(model, strategy, choose=distribute.strategy, x_shape=data.x_shape())
     strategy, placed = where.strategy, where.model
-    data = sources.of(x, y, sample_weight, role="x", model=placed)
     per_replica = data.per_replica(batch_size, int(strategy.num_replicas_in_sync))
-    task = Task(model=lambda: placed, train_data=data.data, batch_size=per_replica)
+    task = Task(model=lambda: placed, train_data=data, batch_size=per_replica)
     spec = distribute.cluster_of(strategy)
     is_chief = spec is None or spec.is_chief
     feed = distribute.input_strategy(strategy, in_cluster=spec is not None)  # the coordinator's own under PS
     source = evaluation.input_for(
-        data.data, task, strategy, feed=feed, global_batch=per_replica * int(strategy.num_replicas_in_sync)
+        data, task, strategy, feed=feed, global_batch=per_replica * int(strategy.num_replicas_in_sync)
     )
     shown = keras_args.verbose_of(verbose) if is_chief else 0
     listed = None

@@ -36,7 +36,7 @@ from tfgpu.train.checkpoints import Checkpoints, KeptEpoch, RunShape
 from tfgpu.train.evaluation import Evaluation, evaluator_for
 from tfgpu.train.options import TrainOptions
 from tfgpu.train.result import Progress, TrainResult
-from tfgpu.train.setup import Setup, describe
+from tfgpu.train.setup import Setup
 from tfgpu.train.windows import RunLog, Window
 
 log = logging.getLogger(__name__)
@@ -256,7 +256,7 @@ class Loop:
         expected shape [576,8]" under tfgpu launch --nproc 2), or the epoch's end is not known
         before the data runs out (a file's lines). One step a call is Keras's own default; the
         choice is said (``steps_per_execution``)."""
-        if not self._last_step_alone or self.setup.train.arrays_given:
+        if not self._last_step_alone or self.setup.train.exact:
             return False
         why = None
         if _shape_may_change(self.setup.train.spec()):
@@ -568,7 +568,7 @@ class EpochLoop(Loop):
                 if counters.epoch_step == 0:
                     raise ConfigError(
                         f"train_data gave no batch in epoch {epoch + 1}",
-                        value=describe(self.setup.task.train_data),
+                        value=self.setup.source.describe(),
                         fix="check that the data is not empty (a data function must return a dataset batched by the per-replica batch)",
                     )
                 return True
@@ -588,7 +588,7 @@ class EpochLoop(Loop):
         runs without an end-of-data path (``Input.counted``). A ``steps_per_epoch`` given with a
         dataset ends its epochs, but the data may run out first: not counted."""
         source = self.setup.train
-        if source.arrays_given:
+        if source.exact:
             return per_epoch
         if per_epoch is None and source.counted:
             return source.known_length()

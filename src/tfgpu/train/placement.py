@@ -23,7 +23,7 @@ from typing import Any
 from tfgpu import distribute
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
-from tfgpu.train import model_cache, sources, split
+from tfgpu.train import model_cache, split
 from tfgpu.train.rehoming import (
     adopt_optimizer,
     back,
@@ -89,14 +89,14 @@ def place(
     choose: Callable[[], Any] | None = None,
     split_as: Any = None,
     global_batch: int = 0,
-    data: Any = None,
+    x_shape: tuple[Any, ...] | None = None,
 ) -> Placement:
     """Where ``model`` runs (a ``Placement``): the one rule ``tfgpu.fit``, ``evaluate``,
     ``predict``, the Trainer (its ``Task.model``, made in the scope), tuning and diagnose place
     a model by. It may move ``model``: in place, into the strategy's scope.
 
-    ``data`` (x, or a ``tf.data.Dataset``): a Sequential without ``Input`` is built for it
-    first, as Keras's ``fit`` builds it at its first batch. ``split_as`` (an
+    ``x_shape`` (the data's, ``adapters.Adapter.x_shape``): a Sequential without ``Input`` is
+    built for it first, as Keras's ``fit`` builds it at its first batch. ``split_as`` (an
     ``options.Placement`` asking ``devices_per_replica``): a copy split over each replica's
     devices, its stages weighed at ``global_batch`` (``train.split``). Unasked, the model's own
     strategy; for a model from no scope, ``choose()`` (tfgpu's choice) when it gives several
@@ -105,8 +105,8 @@ def place(
     or a copy where it cannot); one made in another strategy's scope is refused, with the fix. A
     model tfgpu moved before moves again what was made since (a re-compile's metrics); an unused
     optimizer made outside the scope (a second ``compile``) is made again in it."""
-    if data is not None:
-        _build_for_data(model, data)
+    if x_shape is not None:
+        _build_for_data(model, x_shape)
     if split_as is not None and split_as.splits:
         return _split(model, split_as, strategy=strategy, global_batch=global_batch)
     placed = _decided(model, strategy, choose)
@@ -276,25 +276,17 @@ def step_variables(model: Any) -> list[Any]:
     return list(found.values())
 
 
-def _build_for_data(model: Any, x: Any) -> None:
-    """Build a Sequential without ``Input`` for ``x`` (one array, or a ``tf.data.Dataset`` whose
-    elements are x or (x, ...)) as Keras's ``fit`` builds it at its first batch: before any copy
-    is made, so the copy trains from the weights Keras would draw (the copy of an unbuilt model
-    drew its own, and trained to other numbers than one device). A model created in a strategy's
-    scope is built in it: its weights built outside were plain variables, and the optimizer's
-    slots then failed ("colocate_vars_with must only be passed a variable created in this
-    tf.distribute.Strategy.scope()")."""
+def _build_for_data(model: Any, shape: tuple[Any, ...]) -> None:
+    """Build a Sequential without ``Input`` for x of ``shape`` as Keras's ``fit`` builds it at
+    its first batch: before any copy is made, so the copy trains from the weights Keras would
+    draw (the copy of an unbuilt model drew its own, and trained to other numbers than one
+    device). A model created in a strategy's scope is built in it: its weights built outside
+    were plain variables, and the optimizer's slots then failed ("colocate_vars_with must only
+    be passed a variable created in this tf.distribute.Strategy.scope()")."""
     import keras
-    import tensorflow as tf
 
     if model.built or not isinstance(model, keras.Sequential) or not model.layers:
         return
-    if sources.kind_of(x) == sources.DATASET:
-        spec = x.element_spec
-        spec = spec[0] if isinstance(spec, tuple) else spec
-        shape = tuple(spec.shape) if isinstance(spec, tf.TensorSpec) else None
-    else:
-        shape = (None, *x.shape[1:]) if hasattr(x, "shape") and len(getattr(x, "shape", ())) else None
     if shape is not None:
         made_in = _owner(model)
         with made_in.scope() if made_in is not None else contextlib.nullcontext():

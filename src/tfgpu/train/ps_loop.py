@@ -8,7 +8,7 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import execution, inputs, stopping
+from tfgpu.train import execution, stopping
 from tfgpu.train.loop import Loop, Validation
 from tfgpu.train.result import TrainResult
 from tfgpu.train.windows import Window
@@ -24,8 +24,8 @@ class ParameterServerLoop(Loop):
         import tensorflow as tf
 
         setup = self.setup
-        per_epoch = setup.task.steps_per_epoch or inputs.steps_per_epoch(
-            setup.task.train_data, setup.global_batch, setup.strategy.num_replicas_in_sync
+        per_epoch = setup.task.steps_per_epoch or setup.source.steps_per_epoch(
+            setup.global_batch, setup.strategy.num_replicas_in_sync
         )
         steps = self._steps(epochs=epochs, steps=steps, per_epoch=per_epoch)
         coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(setup.strategy)

@@ -18,7 +18,7 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
-from tfgpu.train import building, inputs, sources, split
+from tfgpu.train import adapters, building, inputs, split
 from tfgpu.train import model as model_setup
 from tfgpu.train.evaluation import input_for
 from tfgpu.train.options import Placement
@@ -36,7 +36,10 @@ class Setup:
     strategy: Any
     model: Any
     train: inputs.Input
-    eval_source: Any  # the evaluation data (Task.eval_data, or the held-out validation_split)
+    source: adapters.Adapter  # the training data, through the door once
+    eval_source: (
+        adapters.Adapter | None
+    )  # the evaluation data (Task.eval_data, or the held-out validation_split)
     global_batch: int
     cluster: Any  # the cluster spec under several workers, else None
 
@@ -61,10 +64,16 @@ class Setup:
         spec = distribute.cluster_of(strategy)
         feed = distribute.input_strategy(strategy, in_cluster=spec is not None)
         global_batch = task.batch_size * int(strategy.num_replicas_in_sync)
+        train_data, eval_data = adapters.for_task(task)
         if record:
-            _record(task, model, global_batch=global_batch, replicas=int(strategy.num_replicas_in_sync))
-        train_data, eval_data = _split(task)
-        train = inputs.Input(
+            _record(
+                task,
+                model,
+                train_data,
+                global_batch=global_batch,
+                replicas=int(strategy.num_replicas_in_sync),
+            )
+        train = inputs.input_of(
             train_data,
             task=task,
             training=True,
@@ -78,6 +87,7 @@ class Setup:
             strategy=strategy,
             model=model,
             train=train,
+            source=train_data,
             eval_source=eval_data,
             global_batch=global_batch,
             cluster=spec,
@@ -88,8 +98,8 @@ class Setup:
     # -- what it is ----------------------------------------------------------------------------
     @property
     def batched(self) -> bool:
-        """A tf.data.Dataset brings its own global batches (the per-replica batch is 1)."""
-        return self.train.is_dataset
+        """The data brings its own global batches (the per-replica batch is 1)."""
+        return self.source.batched
 
     @property
     def direct(self) -> bool:
@@ -144,20 +154,20 @@ class Setup:
 
     def batch_refused(self) -> str | None:
         """Why tuning cannot change the batch (None: it can): data that comes batched."""
-        data = self.task.train_data
-        if self.batched:
-            return "the tf.data.Dataset is batched already"
-        if sources.kind_of(data) == sources.FUNCTION and not inputs.takes_batch(data):
-            return "the data function batches its data itself (it takes no batch size)"
-        return None
+        return self.source.batch_refused()
 
     # -- inputs and functions ------------------------------------------------------------------
-    def input(self, source: Any, *, training: bool) -> inputs.Input:
-        """``source`` as an input of this setup (under ParameterServerStrategy the coordinator
-        evaluates, reading the data itself)."""
+    def input(self, data: Any, *, training: bool) -> inputs.Input:
+        """``data`` (an Adapter, or a Task's data: ``Trainer.evaluate``'s) as an input of this
+        setup (under ParameterServerStrategy the coordinator evaluates, reading the data itself)."""
         feed = None if self.direct else self.input_strategy
         return input_for(
-            source, self.task, self.strategy, feed=feed, global_batch=self.global_batch, training=training
+            adapters.of_task(data, role="data"),
+            self.task,
+            self.strategy,
+            feed=feed,
+            global_batch=self.global_batch,
+            training=training,
         )
 
     def eval_input(self) -> inputs.Input:
@@ -231,10 +241,10 @@ class Setup:
         )
 
 
-def _record(task: Task, model: Any, *, global_batch: int, replicas: int) -> None:
+def _record(task: Task, model: Any, data: adapters.Adapter, *, global_batch: int, replicas: int) -> None:
     import keras
 
-    batched = sources.kind_of(task.train_data) == sources.DATASET
+    batched = data.batched
     choices.record(
         "global_batch",
         "from the dataset" if batched else f"{global_batch}",
@@ -251,54 +261,14 @@ def _placed(task: Task, strategy: Any, asked: Placement | None) -> tuple[Any, An
     Task's model made in the scope of ``strategy`` (default ``tfgpu.strategy()``), or made
     outside any scope and split over the devices ``asked`` names (built for the data first)."""
     asked = asked or Placement()
-    x, global_batch = None, 0
+    shape, global_batch = None, 0
     if asked.splits:
         model = model_setup.from_task(task)
-        kind = sources.kind_of(task.train_data)
-        if kind in (sources.ARRAYS, sources.DATASET):
-            x = task.train_data[0] if kind == sources.ARRAYS else task.train_data
+        shape = adapters.of_task(task.train_data, role="train_data").x_shape()
         global_batch = task.batch_size * split.replicas(asked, strategy=strategy)
     else:
         strategy = strategy if strategy is not None else distribute.strategy()
         with strategy.scope():
             model = model_setup.from_task(task)
-    placed = place(model, strategy, split_as=asked, global_batch=global_batch, data=x)
+    placed = place(model, strategy, split_as=asked, global_batch=global_batch, x_shape=shape)
     return placed.strategy, placed.model
-
-
-def describe(source: Any) -> str:
-    """A data source in a few words, for a message."""
-    if sources.kind_of(source) == sources.ARRAYS:
-        return f"arrays of {sources.array_rows(source)} rows"
-    return getattr(source, "__qualname__", None) or type(source).__name__
-
-
-def _split(task: Task) -> tuple[Any, Any]:
-    """(train, eval) data: the last ``validation_split`` of arrays held out, as Keras's fit does."""
-    if not task.validation_split:
-        return task.train_data, task.eval_data
-    if sources.kind_of(task.train_data) != sources.ARRAYS:
-        raise ConfigError(
-            "validation_split needs arrays in memory; the training data is a " + describe(task.train_data),
-            value=task.validation_split,
-            fix="pass validation_data (a dataset, arrays or a directory) instead of validation_split",
-        )
-    if task.eval_data is not None:
-        raise ConfigError(
-            "validation_split and eval_data (validation_data) are both set: one would be ignored",
-            value=task.validation_split,
-            fix="pass one of them",
-        )
-    import tensorflow as tf
-
-    rows = sources.array_rows(task.train_data)
-    cut = int(rows * (1.0 - task.validation_split))
-    if cut < 1 or cut == rows:
-        raise ConfigError(
-            f"validation_split {task.validation_split} of {rows} rows leaves no training or no validation rows",
-            value=task.validation_split,
-            fix="pass a fraction that leaves rows on both sides, e.g. 0.2",
-        )
-    head = tuple(tf.nest.map_structure(lambda a: a[:cut], part) for part in task.train_data)
-    tail = tuple(tf.nest.map_structure(lambda a: a[cut:], part) for part in task.train_data)
-    return head, tail

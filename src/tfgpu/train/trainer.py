@@ -18,8 +18,8 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
+from tfgpu.train import adapters, placement, proof, remat
 from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import placement, proof, remat
 from tfgpu.train.loop import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
 from tfgpu.train.options import Config, TrainOptions
 from tfgpu.train.ps_loop import ParameterServerLoop
@@ -57,6 +57,7 @@ class Trainer:
         **overrides: Any,
     ) -> None:
         options = TrainOptions.of(options, what="Trainer option", **overrides)
+        task = _through_door(task)
         saved = (
             tuning_result.read(options.tuning_file) if options.tuning_file else None
         )  # before anything is built
@@ -283,3 +284,10 @@ class Trainer:
         if setup.replicas < 2 or self.loop.counters.step or self.resumed_from or setup.direct:
             return False
         return not proof.proved(setup.model, setup.strategy)
+
+
+def _through_door(task: Task) -> Task:
+    """``task`` with its data as adapters (``adapters.through_door``): what the data is,
+    decided here once for the run and every setup made from it."""
+    train, held, hooks = adapters.through_door(task)
+    return dataclasses.replace(task, train_data=train, eval_data=held, callbacks=(*task.callbacks, *hooks))
