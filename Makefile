@@ -21,7 +21,7 @@ LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet bench-e2e clean
+.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-predict-pydataset bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet bench-e2e clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -117,6 +117,10 @@ bench-predict: $(STAMP)
 
 bench-predict-arrays: $(STAMP)
 	cd bench && ../$(BIN)/python predict_arrays_bench.py --pin
+
+# tfgpu.predict of a keras.utils.PyDataset against Keras's predict of the same one (issue 75)
+bench-predict-pydataset: $(STAMP)
+	cd bench && ../$(BIN)/python predict_arrays_bench.py --pin --form pydataset --devices 1 2
 
 bench-diagnose: $(STAMP)
 	cd bench && ../$(BIN)/python diagnose_bench.py
