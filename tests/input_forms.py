@@ -89,6 +89,10 @@ FORMS = {
     "pydataset_xy": (False, lambda x, y, w, b, verb: ((Batches((x, y), b),), {})),
     "pydataset_xyw": (False, lambda x, y, w, b, verb: ((Batches((x, y, w), b),), {})),
     "pydataset_workers": (False, lambda x, y, w, b, verb: ((Batches((x, y), b, workers=2),), {})),
+    "pydataset_processes": (
+        False,
+        lambda x, y, w, b, verb: ((Batches((x,), b, workers=2, use_multiprocessing=True),), {}),
+    ),
     "generator": (False, lambda x, y, w, b, verb: ((generator((x, y), b),), {})),
     "generator_x": (False, lambda x, y, w, b, verb: ((generator((x,), b),), {})),
 }
@@ -101,7 +105,8 @@ LAUNCHED = [
     ("predict", "pydataset_x"),
     ("predict", "generator_x"),
 ]
-X_ONLY = {"dataset_x", "pydataset_x", "generator_x"}  # predict's alone: the others need labels
+# predict's alone: the others need labels (processes: forked workers, predicted once)
+X_ONLY = {"dataset_x", "pydataset_x", "generator_x", "pydataset_processes"}
 CASES = [
     (form, verb)
     for form in FORMS

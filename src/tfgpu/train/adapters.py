@@ -507,11 +507,6 @@ def is_dataset(value: Any) -> bool:
     return isinstance(value, tf.data.Dataset)
 
 
-def is_arrays(source: Any) -> bool:
-    """True for ``(x,)`` / ``(x, y)`` / ``(x, y, w)`` given as arrays (not a path, not a function)."""
-    return isinstance(source, tuple | list) and _is_parts(source)
-
-
 # -- arrays ------------------------------------------------------------------------------------------
 def _is_parts(source: Any) -> bool:
     return len(source) in (1, 2, 3) and all(_has_rows(s) for s in source)
