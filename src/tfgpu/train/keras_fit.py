@@ -139,10 +139,9 @@ def fit(
         micro_batches=micro_batches,
     )
     steps = (steps_per_epoch, validation_steps)
-    train, validation = _through_door(
+    train, validation, batch = _through_door(
         model, (x, y, sample_weight, validation_data), shuffle, batch_size, steps
     )
-    batch = None if batch_size == "auto" else batch_size
     placed = _placed(model, train, strategy, options, lambda replicas: train.per_replica(batch, replicas))
     task = Task(
         model=lambda: placed.model,
@@ -159,21 +158,23 @@ def fit(
     keras_args.check_arguments(placed.model, class_weight=class_weight, validation_freq=validation_freq)
     trainer = Trainer(task, placed=placed, options=options)
     keras_args.say_per_batch(acting, per_batch, placed.model)
-    shown = verbose if trainer.is_chief else 0
-    kept = {
-        "initial_epoch": initial_epoch,
-        "validation_freq": validation_freq,
-        "validation_steps": validation_steps,
-    }
-    return _history(model, trainer.model, trainer.fit(epochs=epochs, verbose=shown, **kept))
+    return _fitted(
+        model,
+        trainer,
+        epochs=epochs,
+        verbose=verbose if trainer.is_chief else 0,
+        initial_epoch=initial_epoch,
+        validation_freq=validation_freq,
+        validation_steps=validation_steps,
+    )
 
 
 def _through_door(
     model: Any, data: tuple[Any, Any, Any, Any], shuffle: Any, batch_size: Any, steps: tuple[Any, Any]
-) -> tuple[adapters.Adapter, adapters.Adapter | None]:
-    """The door (``adapters``): (training, validation) data of ``(x, y, sample_weight,
-    validation_data)``, each kind decided once; data that never ends refused without its
-    ``steps`` (``steps_per_epoch``, ``validation_steps``)."""
+) -> tuple[adapters.Adapter, adapters.Adapter | None, int | None]:
+    """The door (``adapters``): (training data, validation data, the global batch: None for
+    "auto") of ``(x, y, sample_weight, validation_data)``, each kind decided once; data that
+    never ends refused without its ``steps`` (``steps_per_epoch``, ``validation_steps``)."""
     *given, validation_data = data
     train = adapters.of(*given, role="x", model=model, shuffle=bool(shuffle))
     validation = None if validation_data is None else adapters.validation(validation_data, model=model)
@@ -181,7 +182,7 @@ def _through_door(
     train.check_steps(steps[0], argument="steps_per_epoch")
     if validation is not None:
         validation.check_steps(steps[1], argument="validation_steps")
-    return train, validation
+    return train, validation, None if batch_size == "auto" else batch_size
 
 
 def _placed(
@@ -208,9 +209,12 @@ def _placed(
     )
 
 
-def _history(model: Any, trained: Any, result: Any) -> Any:
-    """Keras's History of the run, carrying ``train_result``; when a copy trained (a split,
-    tuning's switch, the cloning fallback), its state given back to the user's model."""
+def _fitted(model: Any, trainer: Any, **fit: Any) -> Any:
+    """``trainer.fit(**fit)``'s Keras History, carrying ``train_result``; when a copy trained (a
+    split, tuning's switch, the cloning fallback), its state given back to the user's model. The
+    model that trained is read after the fit: tuning may switch the run to a copy."""
+    result = trainer.fit(**fit)
+    trained = trainer.model
     history = trained.history
     history.train_result = result
     if trained is not model:
