@@ -78,7 +78,7 @@ def test_three_forms_under_tfgpu_launch_fit_and_predict_as_keras_on_one_device(t
     for worker in ("worker-0", "worker-1"):
         strategy = json.loads((tmp_path / f"{worker}-strategy.json").read_text())
         assert "MultiWorkerMirrored" in strategy["value"], strategy
-        with open(tmp_path / f"{worker}.pkl", "rb") as handle:
+        with open(tmp_path / f"{worker}-forms.pkl", "rb") as handle:
             results = pickle.load(handle)
         for verb, form in LAUNCHED:
             expected = run(verb, form, small_model(FORMS[form][0]), x, y, w, 8, ours=False)

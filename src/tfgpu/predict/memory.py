@@ -67,11 +67,12 @@ def predict_arrays(
     dataset = bounded(reading.dataset)
     per_replica = None if reading.global_batch is None else reading.global_batch // replicas
     call = _compiled(strategy, model, per_call=per_call, spec=dataset.element_spec, arrays=not reading.packed)
-    listed = _callbacks(callbacks, model=model, verbose=verbose, steps=reading.batches())
+    total = reading.batches()  # where known
+    listed = _callbacks(callbacks, model=model, verbose=verbose, steps=total)
     listed.on_predict_begin()
     with reading.epoch():  # a PyDataset's hooks around its pass, as Keras's predict calls them
         iterator = _iterator(strategy, dataset, per_replica=per_replica)
-        arrays = _outputs(call, iterator, listed, total=reading.batches(), per_call=per_call)
+        arrays = _outputs(call, iterator, listed, total=total, per_call=per_call)
     listed.on_predict_end()
     if not arrays:
         raise ConfigError("x gave no batch to predict on", value=type(x).__name__, fix="pass data with rows")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import os
 import types
@@ -154,8 +155,6 @@ class PythonBatches(Batches):
         from keras.src.trainers.data_adapters.py_dataset_adapter import PyDatasetAdapter
 
         self.kind, self.given = kind, given  # type: ignore[misc]
-        if kind == PY_DATASET and getattr(given, "num_batches", 0) is None and shuffle:
-            shuffle = False  # an infinite PyDataset is read in order, as Keras reads it
         try:
             self.adapter = (
                 PyDatasetAdapter(given, shuffle=shuffle)
@@ -299,7 +298,7 @@ class Arrays(Adapter):
         if self.rows == 0:
             raise ConfigError("x has no rows", value=0, fix="pass at least one row")
         dataset = filled_batches(self.data[0], rows=self.rows, global_batch=global_batch)
-        return Prediction(dataset, rows=self.rows, global_batch=global_batch, packed=False)
+        return Prediction(dataset, rows=self.rows, global_batch=global_batch, packed=False, epoch=self.epoch)
 
 
 class Directory(Adapter):
@@ -331,11 +330,10 @@ class Function(Adapter):
 
     def batch_refused(self) -> str | None:
         return (
-            None
-            if self.takes_batch()
-            else "the data function batches its data itself (it takes no batch size)"
+            None if self.takes_batch else "the data function batches its data itself (it takes no batch size)"
         )
 
+    @functools.cached_property
     def takes_batch(self) -> bool:
         """False for ``dataset_fn(input_context)`` alone, as TensorFlow's parameter-server
         tutorial (and Keras 2's ``DatasetCreator``) write it: it reads the per-replica batch
@@ -351,6 +349,7 @@ class Function(Adapter):
             return True
         return len(parameters) != 1 or parameters[0].kind == parameters[0].VAR_POSITIONAL
 
+    @functools.cached_property
     def takes_epoch(self) -> bool:
         """A function with an ``epoch`` keyword asks to be called again each epoch."""
         try:
@@ -360,8 +359,8 @@ class Function(Adapter):
 
     def called(self, ctx: Any, per_replica: int, *, epoch: int, role: str) -> Any:
         """The function's dataset for one worker, checked to be one."""
-        args = (ctx, per_replica) if self.takes_batch() else (ctx,)
-        dataset = self.data(*args, epoch=epoch) if self.takes_epoch() else self.data(*args)
+        args = (ctx, per_replica) if self.takes_batch else (ctx,)
+        dataset = self.data(*args, epoch=epoch) if self.takes_epoch else self.data(*args)
         return returned_dataset(dataset, self.data, role=role)
 
 
@@ -455,8 +454,7 @@ def validation(data: Any, *, model: Any) -> Adapter:
 def for_task(task: Any) -> tuple[Adapter, Adapter | None]:
     """(training, evaluation) data of a ``Task``: the last ``validation_split`` of arrays held
     out, as Keras's fit holds it out."""
-    train = of_task(task.train_data, role="train_data")
-    held = None if task.eval_data is None else of_task(task.eval_data, role="eval_data")
+    train, held = _task_data(task)
     if not task.validation_split:
         return train, held
     if held is not None:
@@ -472,9 +470,13 @@ def through_door(task: Any) -> tuple[Adapter, Adapter | None, list[Any]]:
     """(training data, evaluation data, callbacks to add) of ``task``: its data as adapters,
     each kind decided once for every setup made from it (a tuning's variants too), and a
     PyDataset's epoch hooks where this door made its adapter."""
-    train = of_task(task.train_data, role="train_data")
-    held = None if task.eval_data is None else of_task(task.eval_data, role="eval_data")
+    train, held = _task_data(task)
     return train, held, [] if isinstance(task.train_data, Adapter) else train.epoch_hooks()
+
+
+def _task_data(task: Any) -> tuple[Adapter, Adapter | None]:
+    train = of_task(task.train_data, role="train_data")
+    return train, None if task.eval_data is None else of_task(task.eval_data, role="eval_data")
 
 
 def of_task(data: Any, *, role: str) -> Adapter:
@@ -598,7 +600,7 @@ class Prediction:
     rows: int | None
     global_batch: int | None
     packed: bool
-    epoch: Callable[[], Any] = contextlib.nullcontext
+    epoch: Callable[[], Any]
 
     def batches(self) -> int | None:
         """Batches in all, where known (Keras's progress bar shows "3/8", not "3/Unknown")."""

@@ -3,7 +3,7 @@
 Rebuilding the dataset each epoch costs a GPU dearly: from in-memory arrays it copies the arrays
 every epoch (measured -44% on an H100 CNN), and it drops whatever a pipeline had cached. So each
 source is built once per Trainer and a fresh iterator is taken each epoch. One ``Input`` class
-reads each kind of data (``adapters.Adapter.input_class`` names it; ``input_of`` makes it):
+reads each kind of data (``adapters.Adapter.reader`` names it; ``input_of`` makes it):
 
 - ``ArraysInput``: arrays in memory, batches gathered by index (below);
 - ``DatasetInput``: a ``tf.data.Dataset`` of global batches (a PyDataset's and a generator's
@@ -39,7 +39,7 @@ from tfgpu.text import counted
 if TYPE_CHECKING:
     from tfgpu.train.task import Task
 
-Adapter = Any  # a ``train.adapters.Adapter``: the adapters make inputs, inputs never ask them back
+Adapter = Any  # a ``train.adapters.Adapter`` (adapters imports this module, not the other way)
 
 
 def input_of(adapter: Adapter, *, converted: tuple[Any, int] | None = None, **reading: Any) -> Input:
@@ -228,7 +228,7 @@ class FunctionInput(Input):
 
     @property
     def per_epoch(self) -> bool:  # type: ignore[override]
-        return self.adapter.takes_epoch()
+        return self.adapter.takes_epoch
 
     def _made(self, ctx: Any, per_replica: int, epoch: int) -> Any:
         return self.adapter.called(
