@@ -16,12 +16,15 @@ endif
 # ray: the tests run tfgpu.fit on a local Ray cluster (tests/test_ray.py, docs/ray.md)
 EXTRAS := dev$(comma)ray$(if $(filter yes,$(WITH_CUDA)),$(comma)and-cuda)
 STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+# The floor lane: the oldest TensorFlow and Keras pyproject.toml allows (.ci/floor.txt)
+FLOOR_VENV ?= .venv-floor
+FLOOR_STAMP := $(FLOOR_VENV)/.installed
 # The Estimator lane: TensorFlow 2.15, the last release with tf.estimator (Python <= 3.11).
 LEGACY_VENV ?= .venv-tf215
 LEGACY_PYTHON ?= python3.11
 LEGACY_STAMP := $(LEGACY_VENV)/.installed
 
-.PHONY: demo test test-loaded test-fast test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-predict-pydataset bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet bench-e2e clean
+.PHONY: demo test test-loaded test-fast test-unit test-floor test-main test-estimator test-wheel lint format bench bench-data bench-train bench-predict bench-predict-arrays bench-predict-pydataset bench-diagnose bench-diagnose-stability bench-estimator bench-service bench-fit bench-share bench-memory bench-tune bench-tune-fresh bench-ablation bench-resnet bench-e2e clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +43,12 @@ $(LEGACY_STAMP): pyproject.toml
 	$(LEGACY_VENV)/bin/python -m pip install -q --no-deps -e .
 	touch $(LEGACY_STAMP)
 
+$(FLOOR_STAMP): pyproject.toml .ci/floor.txt
+	$(PYTHON) -m venv $(FLOOR_VENV)
+	$(FLOOR_VENV)/bin/python -m pip install -q --upgrade pip
+	$(FLOOR_VENV)/bin/python -m pip install -q -c .ci/floor.txt -r .ci/floor.txt -e ".[dev]"
+	touch $(FLOOR_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/tfgpu demo
 
@@ -50,9 +59,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check --no-cache src tests tests_estimator bench examples .ci
 
 # a pytest process per test file, two at a time, longest first; the Estimator lane and the wheel are
-# one more job among them (.ci/test_main.py says why)
+# one more job among them, the floor lane another (.ci/test_main.py says why)
 test: lint $(STAMP)
-	$(BIN)/python .ci/test_main.py --after "$(MAKE) --no-print-directory test-estimator test-wheel"
+	$(BIN)/python .ci/test_main.py --after "$(MAKE) --no-print-directory test-estimator test-wheel" \
+		--after "$(MAKE) --no-print-directory test-floor"
 
 test-main: lint
 	$(BIN)/python .ci/test_main.py
@@ -64,9 +74,20 @@ test-loaded: $(STAMP)
 
 # the fast lane, for each edit: no test that starts a process, reads a clock or trains a real model for
 # seconds (markers in pyproject.toml); make test runs them all
+FAST := not process and not timing and not heavy
 test-fast: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples .ci
-	$(BIN)/python -m pytest -q -m "not process and not timing and not heavy"
+	$(BIN)/python -m pytest -q -m "$(FAST)"
+
+# the unit lane: the fast lane less every test that builds a Keras model; TensorFlow is imported only
+# by the tests that need it
+test-unit: $(STAMP)
+	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples .ci
+	$(BIN)/python -m pytest -q -m "$(FAST) and not model"
+
+# the fast lane on the oldest TensorFlow and Keras tfgpu allows (.ci/floor.txt); make test runs it
+test-floor: $(FLOOR_STAMP)
+	$(FLOOR_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "$(FAST)"
 
 # the wheel a user installs: built here, installed with no extras in a fresh venv, run elsewhere
 test-wheel: $(STAMP)

@@ -495,12 +495,12 @@ def accumulate_on_workers(optimizer: str) -> dict[str, Any]:
     import tensorflow as tf
 
     import tfgpu
-    from test_accumulation import data, model
+    from fit_models import accumulating_model, linear_data
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    x, y = data()
+    x, y = linear_data(192)
     with strategy.scope():
-        built = model(optimizer)
+        built = accumulating_model(optimizer)
     history = tfgpu.fit(built, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0)
     return {
         "weights": built.get_weights(),
@@ -518,7 +518,7 @@ def accumulate_with_parameter_servers(optimizer: str) -> dict[str, Any]:
     import tensorflow as tf
 
     import tfgpu
-    from test_accumulation import data, model
+    from fit_models import accumulating_model, linear_data
 
     ports = []
     for _ in range(2):
@@ -530,9 +530,9 @@ def accumulate_with_parameter_servers(optimizer: str) -> dict[str, Any]:
     tf.distribute.Server(spec, job_name="ps", task_index=0, protocol="grpc")
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(spec, rpc_layer="grpc")
     strategy = tf.distribute.ParameterServerStrategy(resolver)
-    x, y = data()
+    x, y = linear_data(192)
     with strategy.scope():
-        built = model(optimizer)
+        built = accumulating_model(optimizer)
     history = tfgpu.fit(built, x, y, batch_size=24, epochs=2, shuffle=False, verbose=0, steps_per_execution=4)
     return {
         "weights": built.get_weights(),

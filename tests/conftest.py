@@ -1,9 +1,9 @@
-"""Shared test setup.
+"""The test run's setup: hooks and fixtures only (what tests share to import is in ``support/``).
 
-The pytest process itself runs on 3 logical CPU devices, configured once before anything touches
-TensorFlow, so multi-device tests share one TensorFlow import. Anything that needs a fresh
-TensorFlow (configure before initialization, several workers) runs in a child process through
-:mod:`tfgpu.testing`; the functions those children run live in ``bodies.py``.
+The pytest process runs on 3 logical CPU devices when it imports TensorFlow, configured before
+TensorFlow initializes them, so multi-device tests share one TensorFlow import. Anything that needs
+a fresh TensorFlow (configure before initialization, several workers) runs in a child process
+through :mod:`tfgpu.testing`; the functions those children run live in ``bodies.py``.
 """
 
 from __future__ import annotations
@@ -15,63 +15,59 @@ import tempfile
 
 import pytest
 
+from support import processes, replicas
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Ray's local clusters (test_ray, docs/ray.md's blocks) send no usage report: nothing leaves this machine
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # tune=True keeps its choices in tfgpu's cache and reuses them: each test run gets its own, in this
 # process and the processes it starts, so no run reuses what another (or the user's own) kept
 os.environ["TFGPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfgpu-test-cache-")
-LOGICAL_CPUS = 3
 # Tests that do not test GPU code hide the GPU, here and in every process they start: on a GPU
 # host each test process would otherwise initialize the GPU (seconds each, and its memory). Tests
-# marked ``gpu`` give it back to the processes they start (``gpu_environ``), and are skipped
-# where there is no GPU.
-GPU_VISIBLE = os.environ.get("CUDA_VISIBLE_DEVICES")
+# marked ``gpu`` give it back to the processes they start (``processes.gpu_environ``), and are
+# skipped where there is no GPU.
+processes.GPU_VISIBLE = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
-
-
-def gpu_environ() -> dict[str, str]:
-    """The variables that give a child process the GPUs this test run was given (for ``env=``)."""
-    from tfgpu import nvml
-
-    if GPU_VISIBLE is not None:
-        return {"CUDA_VISIBLE_DEVICES": GPU_VISIBLE}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(nvml.probe().gpus)))}
-
-
-def has_gpu() -> bool:
-    from tfgpu import nvml
-
-    return bool(nvml.probe().gpus)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:  # "slow": starts several TensorFlow processes, so it starts a process
         if "slow" in item.keywords and item.get_closest_marker("process") is None:
             item.add_marker(pytest.mark.process)
-    if any("gpu" in item.keywords for item in items) and not has_gpu():
+        if "heavy" in item.keywords and item.get_closest_marker("model") is None:  # trains one
+            item.add_marker(pytest.mark.model)
+    if any("gpu" in item.keywords for item in items) and not processes.has_gpu():
         skip = pytest.mark.skip(reason="no NVIDIA GPU on this machine (NVML finds none)")
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    import tfgpu
+# -- the logical CPU devices -----------------------------------------------------------------------
+# The pytest process runs on 3 logical CPU devices, configured before TensorFlow initializes its
+# devices, but only in a process that imports TensorFlow: the tests that build no model (make
+# test-unit) never pay for its import. A test file that imports TensorFlow is configured when
+# collection ends; one whose tests import it in their bodies, before each test.
+_CONFIGURED: list[bool] = []
 
-    tfgpu.configure(logical_cpus=LOGICAL_CPUS)
+
+def _logical_cpus() -> None:
+    if not _CONFIGURED and "tensorflow" in sys.modules:
+        import tfgpu
+
+        tfgpu.configure(logical_cpus=replicas.LOGICAL_CPUS)
+        _CONFIGURED.append(True)
 
 
-def local_strategy(replicas: int):
-    """OneDevice on CPU:0, or Mirrored over the first N logical CPUs of this test process."""
-    import tensorflow as tf
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _logical_cpus()
 
-    if replicas == 1:
-        return tf.distribute.OneDeviceStrategy("/cpu:0")
-    # Several MirroredStrategies over different device sets in one process collide on collective
-    # group keys ("joining a group with size 3, but that group has size 2"): reduce via one device.
-    devices = [f"/cpu:{i}" for i in range(replicas)]
-    return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+@pytest.fixture(autouse=True)
+def _devices_configured():
+    _logical_cpus()
+    yield
 
 
 @pytest.fixture
@@ -83,34 +79,29 @@ def clean_choices():
     choices.clear()
 
 
-def cli_environ(env: dict[str, str] | None = None, *, drop: tuple[str, ...] = ()) -> dict[str, str]:
-    """This process's environment for a tfgpu command, without its TFGPU_* settings (and ``drop``),
-    with ``env`` on top."""
-    kept = {k: v for k, v in os.environ.items() if not k.startswith("TFGPU_") and k not in drop}
-    return {**kept, **(env or {})}
+# -- the lanes ----------------------------------------------------------------------------------------
+# `make test-fast` runs the tests that start no process, read no clock and train for no seconds:
+# -m "not process and not timing and not heavy"; `make test-unit` also leaves out every test that
+# builds a Keras model (-m "... and not model"), and imports TensorFlow only for the tests that
+# need it. A test that starts a process or builds a model must say so (@pytest.mark.process,
+# @pytest.mark.model; ``heavy`` implies ``model``), or a lane would quietly grow slow: doing it
+# without the marker fails the test. TFGPU_RECORD_MARKERS=FILE lists such tests in FILE instead
+# ("process NODEID", "model NODEID"), to mark a suite at once. A model is seen where Keras is
+# imported before the test starts (a test module that imports it at its top).
+RECORD_MARKERS = os.environ.get("TFGPU_RECORD_MARKERS")
 
 
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 300, cwd: str | None = None
-) -> subprocess.CompletedProcess:
-    """Run the tfgpu command as a user would, in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "tfgpu.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=cli_environ(env),
-        check=False,
-        cwd=cwd,
+def _unmarked(request, marker: str, did: str):
+    """What a test that ``did`` something without ``marker`` meets: a failure, or a line in the
+    record."""
+    if RECORD_MARKERS:
+        with open(RECORD_MARKERS, "a") as out:
+            out.write(f"{marker} {request.node.nodeid}\n")
+        return
+    lane = "test-unit" if marker == "model" else "test-fast"
+    raise AssertionError(
+        f"{request.node.nodeid} {did} without @pytest.mark.{marker}: mark it, so `make {lane}` leaves it out"
     )
-
-
-# -- the fast lane ---------------------------------------------------------------------------------
-# `make test-fast` runs the tests that start no process and read no clock: -m "not process and not
-# timing". A test that starts a process must say so (@pytest.mark.process), or the lane would
-# quietly grow slow: starting one without the marker fails the test. TFGPU_RECORD_PROCESSES=FILE
-# lists such tests in FILE instead of failing them (to mark a suite at once).
-RECORD_PROCESSES = os.environ.get("TFGPU_RECORD_PROCESSES")
 
 
 @pytest.fixture(autouse=True)
@@ -121,16 +112,27 @@ def _processes_carry_their_marker(request, monkeypatch):
     real = subprocess.Popen.__init__
 
     def guarded(self, *args, **kwargs):
-        if RECORD_PROCESSES:
-            with open(RECORD_PROCESSES, "a") as out:
-                out.write(request.node.nodeid + "\n")
-            return real(self, *args, **kwargs)
-        raise AssertionError(
-            f"{request.node.nodeid} starts a process ({args[0] if args else kwargs.get('args')!r}) "
-            "without @pytest.mark.process: mark it, so `make test-fast` leaves it out"
-        )
+        _unmarked(request, "process", f"starts a process ({args[0] if args else kwargs.get('args')!r})")
+        return real(self, *args, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _models_carry_their_marker(request, monkeypatch):
+    if request.node.get_closest_marker("model") is not None or "keras" not in sys.modules:
+        yield
+        return
+    from keras.src.trainers import trainer  # every Model (functional, Sequential, subclassed) starts here
+
+    real = trainer.Trainer.__init__
+
+    def guarded(self, *args, **kwargs):
+        _unmarked(request, "model", f"builds a Keras model ({type(self).__name__})")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(trainer.Trainer, "__init__", guarded)
     yield
 
 

@@ -321,3 +321,45 @@ def adapted_model(words: Any, numbers: Any, texts: Any) -> Any:
     model = keras.Model([word, number, text], out)
     model.compile(optimizer="adam", loss="binary_crossentropy", metrics=["accuracy"])
     return model
+
+
+# gradient accumulation (tests/test_accumulation.py, and its workers in bodies.py)
+ACCUMULATING_OPTIMIZERS = {  # name -> (Keras optimizer class, its arguments)
+    "sgd-momentum": ("SGD", {"learning_rate": 0.05, "momentum": 0.9, "gradient_accumulation_steps": 3}),
+    "adamw-clipnorm": (
+        "AdamW",
+        {"learning_rate": 0.01, "weight_decay": 0.05, "clipnorm": 0.5, "gradient_accumulation_steps": 2},
+    ),
+}
+
+
+def accumulating_model(optimizer: str) -> Any:
+    """An MLP of 8 features compiled with one of ``ACCUMULATING_OPTIMIZERS``, seeded."""
+    import keras
+
+    kind, arguments = ACCUMULATING_OPTIMIZERS[optimizer]
+    keras.utils.set_random_seed(0)
+    built = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(1)]
+    )
+    built.compile(optimizer=getattr(keras.optimizers, kind)(**arguments), loss="mse", metrics=["mae"])
+    return built
+
+
+def deep_dense_model() -> Any:
+    """Four Dense layers of 8 features, SGD with momentum, seeded: split over devices
+    (tests/test_split.py) and rematerialized (tests/test_remat.py)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    built = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(32, activation="relu"),
+            keras.layers.Dense(16, activation="tanh"),
+            keras.layers.Dense(1),
+        ]
+    )
+    built.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
+    return built

@@ -165,18 +165,3 @@ def run(verb, form, model, x, y, w, batch, *, ours):
         if ours
         else model.predict(*args, **keywords, verbose=0)
     ), None
-
-
-def same(ours, keras_, *, rtol=2e-5, atol=2e-6):
-    for left, right in zip(ours, keras_, strict=True):
-        if right is None:
-            continue
-        if isinstance(right, dict):
-            assert set(left) == set(right)
-            for key in right:
-                np.testing.assert_allclose(left[key], right[key], rtol=rtol, atol=atol, err_msg=key)
-        elif isinstance(right, list) and right and isinstance(right[0], np.ndarray):
-            for a, b in zip(left, right, strict=True):
-                np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_allclose(np.asarray(left), np.asarray(right), rtol=rtol, atol=atol)

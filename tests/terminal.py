@@ -21,7 +21,7 @@ import time
 
 import pyte
 
-from conftest import cli_environ
+from support.processes import cli_environ
 
 
 @dataclasses.dataclass

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tfgpu
-from conftest import local_strategy
+from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
 
 settings.register_profile(

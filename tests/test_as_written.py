@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import local_strategy
+from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
 
 
@@ -47,6 +47,7 @@ def one_device():
     }
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_a_0d_loss_trains_as_on_one_device(one_device, replicas, clean_choices):
     x, y = regression()
@@ -62,6 +63,7 @@ def test_a_0d_loss_trains_as_on_one_device(one_device, replicas, clean_choices):
     assert "0-d loss" in choices.as_dict()  # said once, in the run's summary
 
 
+@pytest.mark.model
 def test_keras_own_fit_is_left_as_keras_makes_it():
     """The scaling is tfgpu's, in its own traces: Keras's fit under the same strategy still
     trains the 0-d loss twice too far (the defect tfgpu corrects), proving the patch is scoped."""
@@ -122,6 +124,7 @@ class Autoencoder(keras.Model):
         return [self.tracker]
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_x_alone_reaches_train_step_as_keras_gives_it(replicas):
     x = np.random.default_rng(1).normal(size=(96, 4)).astype("float32")
@@ -153,6 +156,7 @@ class BatchLog(keras.callbacks.Callback):
         self.predict.append(batch)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_test_and_predict_batch_hooks_see_every_batch_as_in_keras(replicas, clean_choices):
     x, y = regression(rows=192)
@@ -186,6 +190,7 @@ def test_test_and_predict_batch_hooks_see_every_batch_as_in_keras(replicas, clea
     assert {"evaluation steps per call", "predict.steps_per_execution"} <= set(choices.as_dict())
 
 
+@pytest.mark.model
 def test_an_unbuilt_sequential_from_no_scope_is_trained_in_place(clean_choices):
     """keras-io's "writing your own callbacks": Sequential without Input, built outside any scope.
     tfgpu trained a copy on the replicas, then failed copying the weights back
@@ -243,6 +248,7 @@ def as_written():
     return model
 
 
+@pytest.mark.heavy
 def test_a_model_cloning_cannot_recreate_trains_in_place_as_on_one_device(clean_choices):
     x, y = regression()
     theirs = as_written()
@@ -258,6 +264,7 @@ def test_a_model_cloning_cannot_recreate_trains_in_place_as_on_one_device(clean_
     assert tfgpu.evaluate(ours, x, y, verbose=0) == pytest.approx(theirs.evaluate(x, y, verbose=0), rel=1e-5)
 
 
+@pytest.mark.model
 def test_keras_variables_still_hold_what_rehoming_replaces(monkeypatch, clean_choices):
     """Fails loudly when a Keras release moves KerasVariable._value / _initialize; and if it has,
     a model cloning can copy is still cloned (the fallback), with a warning."""
@@ -294,8 +301,8 @@ def _photos(root, *, per_class: int, size: int) -> None:
             Image.fromarray(pixels).save(root / f"c{label}" / f"{i:03d}.jpg")
 
 
-@pytest.mark.process  # convert's workers
 @pytest.mark.heavy
+@pytest.mark.process  # convert's workers
 def test_a_converted_directory_trains_its_short_last_batch_as_on_one_device(tmp_path, clean_choices):
     """Item 7: a converted image directory whose batch count is odd crashed on 2 replicas (600 rows
     at batch 128: the last step gave replica 1 an empty batch, and Conv2D on the CPU turned it into
@@ -349,6 +356,7 @@ def test_a_converted_directory_trains_its_short_last_batch_as_on_one_device(tmp_
 
 
 # -- item 7: short last batches trained as one device trains them --------------------------------
+@pytest.mark.model
 @pytest.mark.parametrize(("replicas", "rows"), [(2, 101), (3, 100)])  # last batch 5 (2+3), 4 (1+1+2)
 @pytest.mark.parametrize("loss", ["mse", mean_squared])
 def test_a_short_last_batch_of_arrays_trains_as_on_one_device(replicas, rows, loss, clean_choices):
@@ -367,6 +375,7 @@ def test_a_short_last_batch_of_arrays_trains_as_on_one_device(replicas, rows, lo
     assert history.train_result.steps == 2 * 5
 
 
+@pytest.mark.model
 def test_fewer_rows_than_a_global_batch_train_as_keras_and_fewer_than_replicas_are_refused(clean_choices):
     """keras-io's "training with built-in methods" fits its endpoint model on 3 rows: one short
     batch, 2 rows and 1 on 2 replicas. A row fewer than the replicas is refused, with the count."""
@@ -381,6 +390,7 @@ def test_fewer_rows_than_a_global_batch_train_as_keras_and_fewer_than_replicas_a
         tfgpu.fit(small(), x[:1], y[:1], verbose=0, strategy=local_strategy(2))
 
 
+@pytest.mark.heavy
 def test_a_dataset_split_unevenly_every_step_trains_as_on_one_device(clean_choices):
     """A global batch the replicas do not divide (24 on 3 is even; 32 on 3 is 11, 11, 10 every
     step, and the last batch of 100 rows, 4, is 2, 1, 1). tfgpu weighed each replica's mean
@@ -421,6 +431,7 @@ def _local_mean_model():
     return model
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("loss", ["mse", mean_squared])
 def test_the_first_step_is_proved_equal_to_one_device_and_changes_nothing(loss, clean_choices):
     """Proved on the user's model before the first step (a compiled 0-d loss included, which tfgpu
@@ -442,6 +453,7 @@ def test_the_first_step_is_proved_equal_to_one_device_and_changes_nothing(loss, 
     assert runs[True][1].history["loss"] == runs[False][1].history["loss"]
 
 
+@pytest.mark.model
 def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(monkeypatch, clean_choices):
     """A model too big for a second copy of its variables on one device: the one-device step runs
     out of memory, the proof says so ("not checked"), and the run trains as without it."""
@@ -477,6 +489,7 @@ def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(mon
         np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.model
 def test_a_step_that_averages_over_its_replicas_rows_is_said_with_its_cause(caplog, clean_choices):
     x, y = regression()
     with local_strategy(2).scope():
@@ -489,6 +502,7 @@ def test_a_step_that_averages_over_its_replicas_rows_is_said_with_its_cause(capl
     assert "2x one device's" in said and "summed over the 2 replicas" in said and "prove=False" in said
 
 
+@pytest.mark.model
 def test_a_model_built_outside_any_scope_is_proved_where_it_trains(clean_choices):
     """As written: a functional model with a Lambda and a function loss, built at module level."""
     x, y = regression()
@@ -501,6 +515,7 @@ def test_a_model_built_outside_any_scope_is_proved_where_it_trains(clean_choices
     assert proof.status == "agree" and proof.replicas == 3, proof
 
 
+@pytest.mark.heavy
 def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
     x, y = regression()
     with local_strategy(2).scope():
@@ -518,6 +533,7 @@ def test_what_cannot_agree_exactly_is_said_not_checked(clean_choices):
     assert tfgpu.fit(once, x, y, **FIT).train_result.proof is None  # proved once per compiled state
 
 
+@pytest.mark.model
 def test_a_loss_over_its_own_count_is_checked_on_a_datasets_own_first_batch(caplog, clean_choices):
     """keras-io's NER loss divides by the batch's non-padding tokens: on the batch of zeros the
     proof stepped on for a Dataset it was 0/0 ("do not train as one device ...: ." with no figure,
@@ -540,6 +556,7 @@ def test_a_loss_over_its_own_count_is_checked_on_a_datasets_own_first_batch(capl
     assert not [r for r in caplog.records if "do not train as one device" in r.getMessage()]
 
 
+@pytest.mark.heavy
 def test_a_proved_model_checkpoints_and_resumes(tmp_path, clean_choices):
     """The proof lends the optimizer's variables and gives them back, re-keying its index dict:
     through ``pop`` that passed TensorFlow's wrapper of the dict by, and the next checkpoint save
@@ -570,6 +587,7 @@ def _seeded_fit(seed: int | None) -> list[np.ndarray]:
     return model.get_weights()
 
 
+@pytest.mark.model
 def test_keras_s_seed_orders_the_shuffle_as_it_orders_keras_s(clean_choices):
     """Issue 68 item 4: ``keras.utils.set_random_seed(s)`` changes the order Keras's ``fit``
     shuffles arrays in; ``tfgpu.fit`` shuffled with seed 0 whatever was set, so an ensemble's
@@ -581,6 +599,7 @@ def test_keras_s_seed_orders_the_shuffle_as_it_orders_keras_s(clean_choices):
     assert not all(np.allclose(a, b) for a, b in zip(first, other, strict=True))
 
 
+@pytest.mark.model
 def test_evaluate_s_progress_bar_knows_the_steps_of_arrays(capsys, clean_choices):
     """Issue 68 item 5: ``tfgpu.evaluate`` on arrays showed "128/Unknown"; Keras's bar shows the
     steps it knows (100 rows at batch 25: 4)."""
@@ -616,6 +635,7 @@ class OwnFit(keras.Model):
         return super().fit(*args, **kwargs)
 
 
+@pytest.mark.model
 def test_a_model_s_own_predict_and_evaluate_give_their_results_and_an_own_fit_is_named(clean_choices):
     """Issue 68 item 2: ``tfgpu.predict`` ran the network's ``predict_step`` and never the
     model's ``predict`` override (on keras-io's multi_label_classification, an input-shape
@@ -697,6 +717,7 @@ def _no_call_fit(api, strategy=None, made=NoCall, *, in_scope=False):
     return model.encoder.get_weights() + model.head.get_weights(), history.history
 
 
+@pytest.mark.heavy
 def test_a_model_with_no_call_whose_step_builds_its_layers_trains_as_keras_on_one_device(clean_choices):
     """Issue 68 item 1: ``tfgpu.fit`` stopped with "Unable to automatically build the model" where
     Keras's ``fit`` trains it on one device (its first ``train_step`` makes the variables). A
@@ -718,6 +739,7 @@ def test_a_model_with_no_call_whose_step_builds_its_layers_trains_as_keras_on_on
         np.testing.assert_allclose(history["loss"], keras_history["loss"], rtol=1e-5)
 
 
+@pytest.mark.heavy
 def test_a_model_predicted_on_tfgpu_s_choice_then_fit_on_another_strategy_moves_in_place(
     caplog, clean_choices
 ):

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from support.processes import run_cli
 from tfgpu.testing import run_on_logical_cpus
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test_layering import is_module, library_modules
+from support.source import is_module, library_modules
 
 SRC = Path(__file__).parent.parent / "src" / "tfgpu"
 MAX_METHODS = 25  # the Trainer had 40 (issue 45): a class that large holds several concerns

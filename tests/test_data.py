@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from conftest import run_cli
+from support.processes import run_cli
 from tfgpu import data
 from tfgpu.data.convert import ConvertOptions, plan_shards
 from tfgpu.errors import ConfigError, InputError, from_graph_assertion

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from conftest import run_cli
+from support.processes import run_cli
 from tfgpu.data.service import reachable
 from tfgpu.errors import InputError
 
@@ -47,6 +47,7 @@ def rows_through(address: str, mode, job: str) -> list[int]:
     return sorted(int(v) for v in distributed.as_numpy_iterator())
 
 
+@pytest.mark.heavy
 def test_every_row_once_through_two_workers(service):
     local = [3 * i for i in range(200)]
     assert service["address"].startswith("grpc://localhost:") and len(service["worker_ports"]) == 2

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from conftest import run_cli
+from support.processes import run_cli
 from tfgpu.cli.diagnose import parse_duration
 from tfgpu.diagnose import chain, diagnose, workloads
 from tfgpu.errors import ConfigError

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import local_strategy
+from support.replicas import local_strategy
 from tfgpu import data
 
 ROWS = 240
@@ -92,6 +92,7 @@ def test_fit_on_a_directory_shuffles_as_asked(dataset, clean_choices):
     assert "data.shuffle_buffer" in choices.as_dict()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_trainer_takes_every_input_kind(dataset, replicas):
     strategy = local_strategy(replicas)
@@ -104,6 +105,7 @@ def test_trainer_takes_every_input_kind(dataset, replicas):
         assert result.steps > 0 and np.isfinite(result.history[-1]["loss"]), kind
 
 
+@pytest.mark.model
 def test_predict_takes_arrays_dicts_and_datasets(dataset):
     model = _model()
     want = model.predict({"x": dataset["x"]}, verbose=0)

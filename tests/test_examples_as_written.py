@@ -41,8 +41,8 @@ from tensorflow import data as tf_data
 from tensorflow.random import gamma as tf_random_gamma
 
 import guides
-from conftest import local_strategy
-from test_guides import KERAS, KerasUnder, same_runs, tfgpu_with
+from support.parity import KERAS, KerasUnder, same, tfgpu_with
+from support.replicas import local_strategy
 
 
 # -- keras-io examples/keras_recipes/antirectifier.py -------------------------------------------------
@@ -136,7 +136,7 @@ def test_antirectifier_example():
 
     expected = example(KerasUnder(strategy))
     assert len(expected["history"]["loss"]) == 2
-    same_runs(example(tfgpu_with(strategy)), expected)
+    same(example(tfgpu_with(strategy)), expected)
 
 
 # -- keras-io examples/vision/knowledge_distillation.py ------------------------------------------------
@@ -296,7 +296,7 @@ def test_knowledge_distillation_example():
     strategy = local_strategy(2)
     expected = example(KERAS)
     assert expected["weights_student"][0].shape == (3, 3, 1, 4)
-    same_runs(example(tfgpu_with(strategy)), expected)
+    same(example(tfgpu_with(strategy)), expected)
 
 
 # -- keras-io examples/keras_recipes/endpoint_layer_pattern.py -----------------------------------------
@@ -401,7 +401,7 @@ def test_endpoint_layer_pattern_example():
 
     expected = example(KerasUnder(strategy))
     assert set(expected["history_functional"]) == {"loss", "accuracy"}
-    same_runs(example(tfgpu_with(strategy, everywhere=True)), expected)
+    same(example(tfgpu_with(strategy, everywhere=True)), expected)
 
 
 # -- keras-io examples/vision/autoencoder.py -----------------------------------------------------------
@@ -487,7 +487,7 @@ def test_denoising_autoencoder_example():
 
     expected = example(KERAS)
     assert expected["denoised"].shape == (64, 28, 28, 1)
-    same_runs(example(tfgpu_with(local_strategy(2), everywhere=True)), expected)
+    same(example(tfgpu_with(local_strategy(2), everywhere=True)), expected)
 
 
 # -- keras-io examples/nlp/addition_rnn.py -------------------------------------------------------------
@@ -674,7 +674,7 @@ def test_addition_rnn_example():
 
     expected = example(KERAS)
     assert len(expected["history_2"]["val_accuracy"]) == 1
-    same_runs(example(tfgpu_with(local_strategy(2), everywhere=True)), expected)
+    same(example(tfgpu_with(local_strategy(2), everywhere=True)), expected)
 
 
 # -- keras-io examples/nlp/bidirectional_lstm_imdb.py --------------------------------------------------
@@ -736,7 +736,7 @@ def test_bidirectional_lstm_imdb_example():
 
     expected = example(KERAS)
     assert set(expected["history"]) == {"loss", "accuracy", "val_loss", "val_accuracy"}
-    same_runs(example(tfgpu_with(local_strategy(2))), expected)
+    same(example(tfgpu_with(local_strategy(2))), expected)
 
 
 # -- keras-io examples/timeseries/timeseries_anomaly_detection.py --------------------------------------
@@ -854,7 +854,7 @@ def test_timeseries_anomaly_detection_example():
 
     expected = example(KerasUnder(strategy))
     assert expected["x_train_pred"].shape == (320, 32, 1) and len(expected["history"]["val_loss"]) == 2
-    same_runs(example(tfgpu_with(strategy, everywhere=True)), expected)
+    same(example(tfgpu_with(strategy, everywhere=True)), expected)
 
 
 # -- keras-io examples/timeseries/timeseries_weather_forecasting.py ------------------------------------
@@ -1005,7 +1005,7 @@ def test_timeseries_weather_forecasting_example(tmp_path, monkeypatch, rows):
 
     expected = example(KERAS, tmp_path / "keras")
     assert len(expected["history"]["val_loss"]) == 2
-    same_runs(example(tfgpu_with(local_strategy(2), everywhere=True), tmp_path / "tfgpu"), expected)
+    same(example(tfgpu_with(local_strategy(2), everywhere=True), tmp_path / "tfgpu"), expected)
 
 
 # -- keras-io examples/vision/mixup.py -----------------------------------------------------------------
@@ -1146,7 +1146,7 @@ def test_mixup_example(tmp_path, monkeypatch):
 
     expected = example(KerasUnder(strategy), tmp_path / "keras")
     assert 0 < expected["sample_labels"].max() <= 1 and expected["sample_labels"].shape == (32, 10)
-    same_runs(example(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
+    same(example(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
 
 
 # -- keras-io examples/vision/image_classification_with_vision_transformer.py --------------------------
@@ -1367,7 +1367,7 @@ def test_vision_transformer_example(tmp_path):
     expected = example(KerasUnder(strategy), str(tmp_path / "keras.weights.h5"))
     assert {"top-5-accuracy", "val_top-5-accuracy"} <= set(expected["history"])
     got = example(tfgpu_with(strategy), str(tmp_path / "tfgpu.weights.h5"))
-    same_runs(got, expected, keys=["history", "accuracy", "top_5_accuracy", "weights"])
+    same(got, expected, keys=["history", "accuracy", "top_5_accuracy", "weights"])
     # the attention's key bias has no gradient in exact arithmetic (the softmax over the keys does
     # not see a shift common to all of them): Adam's steps on its float noise (about 1e-9, scaled
     # up by Adam to 1e-5) follow the order of the sums, so only its size is compared
@@ -1504,7 +1504,7 @@ def test_imbalanced_classification_example(tmp_path, monkeypatch):
             np.loadtxt(tmp_path / "creditcard.csv", delimiter=",", skiprows=1, dtype=str)[:640, -1] == '"1"'
         )
     )
-    same_runs(example(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
+    same(example(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
 
 
 # -- keras-io examples/keras_recipes/trainer_pattern.py ------------------------------------------------
@@ -1627,4 +1627,4 @@ def test_trainer_pattern_example():
 
     expected = example(KerasUnder(strategy))
     assert set(expected["history_2"]) == {"sparse_categorical_accuracy", "val_sparse_categorical_accuracy"}
-    same_runs(example(tfgpu_with(strategy)), expected)
+    same(example(tfgpu_with(strategy)), expected)

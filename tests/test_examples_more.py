@@ -34,8 +34,8 @@ from keras import layers, ops
 from keras.layers import StringLookup
 
 import guides
-from conftest import local_strategy
-from test_guides import KERAS, TFGPU, KerasUnder, same_runs, tfgpu_with
+from support.parity import KERAS, TFGPU, KerasUnder, same, tfgpu_with
+from support.replicas import local_strategy
 
 pytestmark = pytest.mark.heavy
 
@@ -336,7 +336,7 @@ def test_writing_your_own_callbacks_guide(where):
         got = guide(TFGPU, strategy.scope)
     else:
         got = guide(tfgpu_with(strategy, everywhere=True), contextlib.nullcontext)
-    same_runs(got, expected)
+    same(got, expected)
 
 
 # -- keras-io examples/structured_data/collaborative_filtering_movielens.py ---------------------------
@@ -435,7 +435,7 @@ def test_collaborative_filtering_movielens_example():
     expected = example(KerasUnder(strategy))
     assert set(expected["history"]) == {"loss", "val_loss"}
     got = example(tfgpu_with(strategy, everywhere=True))
-    same_runs(got, expected, keys=["history", "weights"])
+    same(got, expected, keys=["history", "weights"])
     # predict's short last batch (8 of 40 rows): tfgpu fills it up to the batch (rows it drops
     # after) so that every replica has an equal, static share, and the batch-wide sum sees those
     # rows; the full batch agrees
@@ -610,7 +610,7 @@ def test_dcgan_overriding_train_step_example(tmp_path, monkeypatch):
     expected = example(KERAS)
     assert expected["steps"] == [2, 2] and min(expected["moved"]) > 0
     assert expected["saved"] == ["generated_img_000_0.png", "generated_img_000_1.png"]
-    same_runs(example(tfgpu_with(local_strategy(1))), expected)
+    same(example(tfgpu_with(local_strategy(1))), expected)
     got = example(tfgpu_with(local_strategy(2)))
     assert set(got["history"]) == set(expected["history"]) == {"d_loss", "g_loss"}
     assert all(np.isfinite(v).all() for v in got["history"].values())
@@ -714,7 +714,7 @@ def test_text_classification_with_transformer_example():
 
     expected = example(KerasUnder(strategy))
     got = example(tfgpu_with(strategy))
-    same_runs(got, expected, keys=["history", "weights"])
+    same(got, expected, keys=["history", "weights"])
 
 
 # -- keras-io examples/keras_recipes/memory_efficient_embeddings.py -----------------------------------
@@ -979,7 +979,7 @@ def test_memory_efficient_embeddings_example(tmp_path, monkeypatch):
 
     expected = example(KERAS)
     assert set(expected["history_efficient"]) == {"loss", "mae", "val_loss", "val_mae"}
-    same_runs(example(tfgpu_with(strategy)), expected)
+    same(example(tfgpu_with(strategy)), expected)
 
 
 # -- keras-io examples/structured_data/regression_boston_housing.py -----------------------------------
@@ -1049,4 +1049,4 @@ def test_regression_boston_housing_example():
 
     expected = example(KERAS)
     assert set(expected["history"]) == {"loss", "mae", "mse", "val_loss", "val_mae", "val_mse"}
-    same_runs(example(tfgpu_with(strategy, everywhere=True)), expected)
+    same(example(tfgpu_with(strategy, everywhere=True)), expected)

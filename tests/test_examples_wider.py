@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 import wider_examples
-from conftest import local_strategy
-from test_guides import KERAS, same_runs, tfgpu_with
+from support.parity import KERAS, same, tfgpu_with
+from support.replicas import local_strategy
 
 pytestmark = pytest.mark.heavy
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.heavy
 def test_an_example_on_two_replicas_trains_as_keras_on_one_device(name):
     example = wider_examples.EXAMPLES[name]
     expected = example(KERAS)
-    same_runs(example(tfgpu_with(local_strategy(2), everywhere=True)), expected)
+    same(example(tfgpu_with(local_strategy(2), everywhere=True)), expected)
 
 
 @pytest.mark.slow
@@ -33,7 +33,7 @@ def test_an_example_on_two_replicas_trains_as_keras_on_one_device(name):
 def test_the_examples_under_tfgpu_launch_on_two_workers_train_as_keras_on_one_device(tmp_path):
     """Both workers run the five examples as written (tfgpu's methods, no strategy passed:
     tfgpu takes TF_CONFIG's) and each ends with Keras's one-device figures."""
-    from conftest import run_cli
+    from support.processes import run_cli
 
     script = Path(__file__).parent / "scripts" / "wider_examples.py"
     done = run_cli("launch", "--nproc", "2", "--", sys.executable, str(script), str(tmp_path), timeout=900)
@@ -45,4 +45,4 @@ def test_the_examples_under_tfgpu_launch_on_two_workers_train_as_keras_on_one_de
         expected = example(KERAS)
         for worker in ("worker-0", "worker-1"):
             with open(tmp_path / f"{worker}-{name}.pkl", "rb") as handle:
-                same_runs(pickle.load(handle), expected)
+                same(pickle.load(handle), expected)

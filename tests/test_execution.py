@@ -9,12 +9,13 @@ from dataclasses import fields, replace
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fit_models import linear_data
-from test_fit import same_weights
+from support.parity import same
 from tfgpu.train import building, execution
 
 NAMES = [f.name for f in fields(execution.Extras)]
@@ -29,6 +30,7 @@ def compiled() -> keras.Model:
     return model
 
 
+@pytest.mark.heavy
 @settings(max_examples=6, deadline=None)
 @given(off=st.sets(st.sampled_from(NAMES)))
 def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_once(off):
@@ -46,7 +48,7 @@ def test_an_execution_without_some_extras_trains_as_keras_and_takes_each_batch_o
     outputs = [execute(iterator, execution.limit(4)) for _ in range(4)]
 
     assert [int(o.steps) for o in outputs] == [4, 4, 2, 0]  # the end of the data stops the loop
-    same_weights(model.get_weights(), expected.get_weights())
+    same(model.get_weights(), expected.get_weights())
     assert int(model.optimizer.iterations.numpy()) == 10
     examples = [float(o.examples) for o in outputs]
     assert examples == ([32.0, 32.0, 16.0, 0.0] if "rows" not in off else [0.0] * 4)
@@ -71,6 +73,7 @@ def graph_ops(function, *args) -> list[str]:
     return [n.op for n in graph.node] + [n.op for f in graph.library.function for n in f.node_def]
 
 
+@pytest.mark.heavy
 @settings(max_examples=4, deadline=None)
 @given(measure=st.booleans(), per_call=st.integers(1, 5))
 def test_a_known_length_execution_is_the_bare_loop_and_trains_as_keras(measure, per_call):
@@ -95,13 +98,14 @@ def test_a_known_length_execution_is_the_bare_loop_and_trains_as_keras(measure, 
         outputs.append(execute(iterator, execution.limit(min(per_call, 10 - sum(counts)))))
         counts.append(int(outputs[-1].steps))
     assert counts == [per_call] * (10 // per_call) + ([10 % per_call] if 10 % per_call else [])
-    same_weights(model.get_weights(), expected.get_weights())
+    same(model.get_weights(), expected.get_weights())
     np.testing.assert_allclose(float(outputs[-1].logs["loss"]), history["loss"][0], rtol=1e-5)
     assert sum(float(o.examples) for o in outputs) == 80.0
     assert (sum(float(o.wait) for o in outputs) > 0) == measure  # host timestamps around each fetch
     assert all(float(o.first_bad) == -1.0 for o in outputs)
 
 
+@pytest.mark.model
 def test_the_unknown_length_execution_keeps_its_end_of_data_path():
     """The other shape (a dataset whose length is unknown, several replicas): the optional and
     the branch on it, so the loop stops where the data ends."""
@@ -164,6 +168,7 @@ def test_the_in_graph_loop_takes_each_batch_once_and_stops_at_the_end(
     assert counts == [per_call] * full + ([rest] if rest else []) + [0] * (len(counts) - full - bool(rest))
 
 
+@pytest.mark.model
 def test_the_loop_s_condition_is_one_int32_comparison():
     """Issue 54: the loop's condition stays in host memory on a GPU (an int32 comparison, as a
     ``for _ in tf.range(n)`` loop's), so the host never waits for the device to run a step

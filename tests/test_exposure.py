@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from test_doctor import probe, profile
+from support.probes import probe
 from tfgpu import doctor, exposure
 from tfgpu.launch import LaunchConfig, exposure_warning
 from tfgpu.launch.plan import make_plan
+from tfgpu.testing.fake_nvml import profile
 
 PRIVATE = {
     "lo": ["127.0.0.1", "::1"],
@@ -82,7 +83,7 @@ def test_a_private_network_launch_keeps_its_workers_on_loopback_and_they_still_t
     and still form one cluster over it (an all-reduce of 1.0 from each of 2 workers is 2.0)."""
     import sys
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     script = tmp_path / "reduce.py"
     script.write_text(ALL_REDUCE)

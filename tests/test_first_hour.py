@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import local_strategy
+from support.replicas import local_strategy
 from tfgpu import cli
 
 
@@ -145,6 +145,7 @@ def test_a_kept_default_is_not_shown_as_a_slowdown_and_a_spent_budget_is_said_on
     assert "(31,087 -> 18,154 examples/s)" in taken
 
 
+@pytest.mark.model
 def test_smaller_things_a_user_meets():
     import keras
 

@@ -11,28 +11,12 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import local_strategy
 from fit_models import binary_data, binary_model, custom_step_model, two_output_data, two_output_model
+from support.parity import in_scope, same
+from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
 
 FIT = dict(batch_size=48, epochs=2, shuffle=False, validation_split=0.2, verbose=0)
-
-
-def same_weights(a, b, rtol=1e-5, atol=1e-6):
-    for left, right in zip(a, b, strict=True):
-        assert np.all(np.isfinite(left))
-        np.testing.assert_allclose(left, right, rtol=rtol, atol=atol)
-
-
-def same_history(ours, keras_, rel=1e-5):
-    assert set(ours) == set(keras_), (sorted(ours), sorted(keras_))
-    for key, values in keras_.items():
-        assert ours[key] == pytest.approx(values, rel=rel, abs=1e-6), key
-
-
-def in_scope(strategy, build):
-    with strategy.scope():
-        return build()
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +28,7 @@ def reference():
     return {"x": x, "y": y, "model": model, "history": history.history}
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [1, 2, 3])
 def test_binary_classifier_matches_keras(reference, replicas):
     strategy = local_strategy(replicas)
@@ -51,13 +36,14 @@ def test_binary_classifier_matches_keras(reference, replicas):
     history = tfgpu.fit(model, reference["x"], reference["y"], **FIT)
     assert isinstance(history, keras.callbacks.History) and model.history is history
     assert history.epoch == [0, 1] and history.params["epochs"] == 2
-    same_history(history.history, reference["history"])
-    same_weights(model.get_weights(), reference["model"].get_weights())
+    same(history.history, reference["history"])
+    same(model.get_weights(), reference["model"].get_weights())
     result = history.train_result
     assert result.replicas == replicas and result.examples_per_s > 0
     assert 0.0 <= result.input_wait_fraction <= 1.0
 
 
+@pytest.mark.heavy
 def test_a_learning_rate_schedule_and_keras_progress_bar(reference, capsys):
     x, y = reference["x"][:768], reference["y"][:768]
     schedule = lambda: keras.optimizers.schedules.ExponentialDecay(0.05, decay_steps=4, decay_rate=0.5)  # noqa: E731
@@ -66,12 +52,13 @@ def test_a_learning_rate_schedule_and_keras_progress_bar(reference, capsys):
     model = in_scope(local_strategy(2), lambda: binary_model(lr=schedule()))
     capsys.readouterr()
     tfgpu.fit(model, x, y, batch_size=48, epochs=2, shuffle=False, verbose=1)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(model.get_weights(), expected.get_weights())
     assert int(model.optimizer.iterations.numpy()) == 32
     shown = capsys.readouterr().out
     assert "Epoch 1/2" in shown and "Epoch 2/2" in shown and "16/16" in shown
 
 
+@pytest.mark.heavy
 def test_stateful_metrics_equal_keras_evaluate(reference):
     """AUC and Precision are not per-example means: tfgpu reads Keras's own metric state."""
     x, y = reference["x"], reference["y"]
@@ -88,6 +75,7 @@ def test_stateful_metrics_equal_keras_evaluate(reference):
         assert listed == pytest.approx(reference["model"].evaluate(x, y, batch_size=50, verbose=0), rel=1e-5)
 
 
+@pytest.mark.heavy
 def test_a_model_made_outside_the_scope_is_moved_into_it_and_trained_in_place(reference, clean_choices):
     """Issue 43: re-homed, not cloned: the user's model object trains on the replicas, and a
     subclassed model (which cloning could not re-create) trains too, as on one device."""
@@ -95,8 +83,8 @@ def test_a_model_made_outside_the_scope_is_moved_into_it_and_trained_in_place(re
 
     model = binary_model()  # no strategy's scope
     history = tfgpu.fit(model, reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
-    same_history(history.history, reference["history"])
-    same_weights(model.get_weights(), reference["model"].get_weights())
+    same(history.history, reference["history"])
+    same(model.get_weights(), reference["model"].get_weights())
     assert model.history is history and "moved into" in choices.as_dict()["model"]["value"]
     assert tfgpu.evaluate(model, reference["x"], reference["y"], verbose=0) == pytest.approx(
         reference["model"].evaluate(reference["x"], reference["y"], verbose=0), rel=1e-5
@@ -108,9 +96,10 @@ def test_a_model_made_outside_the_scope_is_moved_into_it_and_trained_in_place(re
     theirs.fit(reference["x"], reference["y"], **FIT)
     subclassed = custom_step_model()  # its own train_step logs compute_loss's scaled value: weights
     tfgpu.fit(subclassed, reference["x"], reference["y"], strategy=local_strategy(2), **FIT)
-    same_weights(subclassed.get_weights(), theirs.get_weights())
+    same(subclassed.get_weights(), theirs.get_weights())
 
 
+@pytest.mark.heavy
 def test_two_outputs_with_per_output_losses_weights_and_metrics():
     x, y = two_output_data()
     # validation rows a multiple of the batch: Keras's per-output loss figures are a mean of batch
@@ -127,8 +116,8 @@ def test_two_outputs_with_per_output_losses_weights_and_metrics():
     model = in_scope(local_strategy(2), two_output_model)
     history = tfgpu.fit(model, x, y, **args)
     assert {"kind_accuracy", "size_mae", "val_kind_loss", "val_size_loss"} <= set(history.history)
-    same_history(history.history, keras_history.history)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(history.history, keras_history.history)
+    same(model.get_weights(), expected.get_weights())
 
 
 @pytest.mark.heavy
@@ -141,14 +130,14 @@ def test_class_weight_and_sample_weight_match_keras(reference):
     )
     model = in_scope(local_strategy(2), binary_model)
     history = tfgpu.fit(model, x, y, batch_size=48, epochs=2, shuffle=False, verbose=0, class_weight=weights)
-    same_history(history.history, keras_history.history)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(history.history, keras_history.history)
+    same(model.get_weights(), expected.get_weights())
     rows = np.linspace(0.5, 2.0, len(x)).astype("float32")
     expected = binary_model()
     keras_history = expected.fit(x, y, batch_size=48, epochs=1, shuffle=False, verbose=0, sample_weight=rows)
     model = in_scope(local_strategy(3), binary_model)
     history = tfgpu.fit(model, x, y, batch_size=48, epochs=1, shuffle=False, verbose=0, sample_weight=rows)
-    same_history(history.history, keras_history.history)
+    same(history.history, keras_history.history)
 
 
 @pytest.mark.heavy
@@ -158,12 +147,12 @@ def test_a_custom_train_step_is_honoured(reference):
     expected.fit(x, y, batch_size=48, epochs=2, shuffle=False, verbose=0)
     model = in_scope(local_strategy(2), custom_step_model)
     history = tfgpu.fit(model, x, y, batch_size=48, epochs=2, shuffle=False, verbose=0)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(model.get_weights(), expected.get_weights())
     # the step logs compute_loss's value, which Keras scales by 1/replicas under a strategy:
     # its own fit under the same MirroredStrategy logs the same figures
     mirrored = in_scope(local_strategy(2), custom_step_model)
     keras_history = mirrored.fit(x, y, batch_size=48, epochs=2, shuffle=False, verbose=0)
-    same_history(history.history, keras_history.history)
+    same(history.history, keras_history.history)
     # the test_step override too (its loss x3): as Keras's evaluate on one device reports it
     # (Keras's under the strategy reads 1/2 of that loss: compute_loss's value scaled for the
     # replicas; evaluation sums no gradient, and tfgpu's scales nothing there: issue 57 item 5)
@@ -183,8 +172,8 @@ def test_a_tf_data_dataset_of_global_batches(reference):
     for replicas in (1, 2):
         model = in_scope(local_strategy(replicas), binary_model)
         history = tfgpu.fit(model, tf.data.Dataset.from_tensor_slices((x, y)).batch(48), epochs=2, verbose=0)
-        same_history(history.history, keras_history.history)
-        same_weights(model.get_weights(), expected.get_weights())
+        same(history.history, keras_history.history)
+        same(model.get_weights(), expected.get_weights())
         assert history.train_result.global_batch == 48  # the dataset's batch (the Trainer's is 1)
     # an infinite dataset, then a finite one, on the same model and replicas: the compiled loop
     # traced for the first must still see the end of the second (TF's distributed iterator
@@ -226,6 +215,7 @@ def test_warm_up_is_reported_apart_from_the_steady_state(reference):
     assert plain.steady.steps == 28
 
 
+@pytest.mark.heavy
 def test_batch_callbacks_once_per_execution_as_keras(reference):
     """At the same steps_per_execution, batch hooks see the same batches as under Keras's fit."""
     x, y = reference["x"][:768], reference["y"][:768]
@@ -275,7 +265,7 @@ def test_early_stopping_reduce_lr_checkpoints_and_csv(reference, tmp_path):
     assert history.epoch == keras_history.epoch == [0, 1, 2]  # stopped early, at the same epoch
     assert history.history["learning_rate"] == pytest.approx(keras_history.history["learning_rate"])
     assert history.history["learning_rate"][-1] < 0.01  # reduced on the plateau
-    same_weights(model.get_weights(), expected.get_weights())
+    same(model.get_weights(), expected.get_weights())
     assert sorted(p.name for p in (tmp_path / "t").iterdir()) == sorted(
         p.name for p in (tmp_path / "k").iterdir()
     )
@@ -288,6 +278,7 @@ def test_early_stopping_reduce_lr_checkpoints_and_csv(reference, tmp_path):
     )
 
 
+@pytest.mark.heavy
 def test_terminate_on_nan_stops_as_in_keras(reference):
     x, y = reference["x"][:768].copy(), reference["y"][:768]
     x[100] = np.nan
@@ -349,6 +340,7 @@ def test_mixed_float16_trains_with_loss_scaling(reference, clean_choices):
     assert choices.as_dict()["loss_scaling"]["value"] == "dynamic"
 
 
+@pytest.mark.model
 def test_bad_arguments_are_one_message(reference):
     x, y = reference["x"], reference["y"]
     model = in_scope(local_strategy(2), binary_model)
@@ -390,10 +382,10 @@ def test_two_workers_match_keras_on_one_device(reference, tmp_path):
     from_dataset.fit(tf.data.Dataset.from_tensor_slices((x[:768], y[:768])).batch(48), epochs=2, verbose=0)
     results = run_cluster("bodies:fit_on_workers", workers=2, args=(str(tmp_path),), timeout=300)
     for name, result in results.items():
-        same_weights(result["weights"], reference["model"].get_weights())
-        same_history(result["history"], reference["history"])
+        same(result["weights"], reference["model"].get_weights())
+        same(result["history"], reference["history"])
         assert result["eval"] == pytest.approx(expected_eval, rel=1e-5)
-        same_weights(result["dataset_weights"], from_dataset.get_weights())
+        same(result["dataset_weights"], from_dataset.get_weights())
         # file-writing callbacks: the chief (worker 0) only
         assert result["files"] == (["log.csv", "m.keras"] if name == "worker:0" else []), name
 
@@ -412,8 +404,8 @@ def test_a_script_as_written_trains_on_two_workers_as_on_one_device():
     results = run_cluster("bodies:fit_as_written_on_workers", workers=2, timeout=300)
     for result in results.values():
         assert result["multi_worker"] and result["replicas"] == 2 and result["one_device_after"]
-        same_weights(result["weights"], expected.get_weights())
-        same_history(result["history"], history.history)
+        same(result["weights"], expected.get_weights())
+        same(result["history"], history.history)
 
 
 def test_the_worker_is_set_up_only_for_a_multi_worker_strategy_before_tensorflow_starts(monkeypatch):
@@ -521,6 +513,7 @@ def test_parameter_servers_count_every_step():
     assert result["history"]["loss"][-1] < result["history"]["loss"][0]
 
 
+@pytest.mark.model
 def test_predict_in_memory_keeps_the_input_order(reference):
     import tfgpu.diagnose.advice
     import tfgpu.predict.writers  # binds the subpackages as tfgpu.predict / tfgpu.diagnose
@@ -543,6 +536,7 @@ def test_predict_in_memory_keeps_the_input_order(reference):
         np.testing.assert_allclose(got[key], want[key], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 def test_predict_traces_once_and_rewrites_no_graph_of_the_arrays(reference):
     """Issue 46: a second tfgpu.predict reuses the first one's trace (Keras keeps its
     predict_function), and the arrays' dataset is left out of tf.data's graph rewrites, which

@@ -89,6 +89,7 @@ def _counted(monkeypatch) -> tuple[list[Any], list[str]]:
     return conversions, traced
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_fit_converts_nothing_and_traces_its_execution_once(replicas, monkeypatch, clean_choices):
     """Issue 65: a fit (two epochs, validation each epoch) and an evaluation after it run no
@@ -100,7 +101,7 @@ def test_a_fit_converts_nothing_and_traces_its_execution_once(replicas, monkeypa
     import numpy as np
 
     import tfgpu
-    from conftest import local_strategy
+    from support.replicas import local_strategy
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(96, 8)).astype("float32"), rng.integers(0, 3, 96)
@@ -158,7 +159,7 @@ def test_a_fit_enters_placement_from_few_call_sites_and_its_mechanics_never():
     fit may run, an upper bound) enters placement at ``SITES`` call sites or fewer; and nowhere in
     the package is the mechanics beneath it (``rehoming``, a split's copy) called from outside
     the placement code."""
-    from call_graph import CallGraph
+    from support.call_graph import CallGraph
 
     graph = CallGraph()
     walk = graph.reachable(("tfgpu.train.keras_fit", "fit"))
@@ -185,7 +186,7 @@ def test_a_fit_enters_placement_from_few_call_sites_and_its_mechanics_never():
 def test_a_walk_reads_the_package_it_names():
     """Issue 77: ``CallGraph("tfgpu")`` resolved to ``src/tfgpu/tfgpu`` and read no module, so
     the check above that the mechanics are entered from placement alone checked nothing."""
-    from call_graph import PACKAGE, CallGraph
+    from support.call_graph import PACKAGE, CallGraph
 
     whole, train = CallGraph("tfgpu"), CallGraph("tfgpu.train")
     assert len(whole.modules) == len(list(PACKAGE.rglob("*.py")))
@@ -201,11 +202,11 @@ def test_no_state_is_moved_by_hand_outside_the_placement_code():
     only in placement and the mechanics beneath it; the state transfer was written 5 times."""
     import ast
 
-    from call_graph import PACKAGE, _module_name
+    from support.source import PACKAGE, module_name
 
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        name = _module_name(path)
+        name = module_name(path)
         if name == PLACEMENT or name in BENEATH:
             continue
         for node in ast.walk(ast.parse(path.read_text())):

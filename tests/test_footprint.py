@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tfgpu
-from conftest import local_strategy
-from test_fit import in_scope
+from support.parity import in_scope
+from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
 from tfgpu.train import footprint
 
@@ -23,6 +23,7 @@ def mlp(optimizer="adam"):
     return model
 
 
+@pytest.mark.model
 def test_the_estimate_counts_weights_gradients_slots_and_activations():
     params = 8 * 16 + 16 + 16 + 1
     found = tfgpu.memory(mlp(), batch_size=10, devices_bytes={"GPU:0": 10_000})
@@ -40,6 +41,7 @@ def test_the_estimate_counts_weights_gradients_slots_and_activations():
     assert "per example" in "\n".join(found.lines())
 
 
+@pytest.mark.model
 def test_slots_made_by_the_optimizer_are_counted_as_they_are():
     model = mlp(keras.optimizers.SGD(0.1, momentum=0.9))
     model.fit(np.zeros((4, 8), "float32"), np.zeros((4, 1), "float32"), verbose=0)
@@ -47,6 +49,7 @@ def test_slots_made_by_the_optimizer_are_counted_as_they_are():
     assert found.optimizer_bytes == found.gradients_bytes  # one momentum per weight
 
 
+@pytest.mark.model
 def test_measured_from_the_allocator_peak_at_two_batch_sizes():
     """A fake allocator: the peaks of a pass at 8 and 16 examples; the model's BatchNormalization
     statistics moved by the passes are put back."""
@@ -68,6 +71,7 @@ def test_accumulation_keeps_the_effective_batch():
     assert footprint.accumulation_for(7, fits=3) == (1, 7)
 
 
+@pytest.mark.model
 def test_an_out_of_memory_step_says_the_figures_and_the_fixes(monkeypatch):
     """A fake allocator that fails every step: one message with the batch, the bytes, the fixes."""
     import tensorflow as tf
@@ -93,6 +97,7 @@ def test_an_out_of_memory_step_says_the_figures_and_the_fixes(monkeypatch):
     assert "Traceback" not in message
 
 
+@pytest.mark.model
 def test_bad_input_is_one_message():
     with pytest.raises(ConfigError, match="batch_size must be"):
         tfgpu.memory(mlp(), batch_size=0)

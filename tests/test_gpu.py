@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import gpu_environ, run_cli
+from support.processes import gpu_environ, run_cli
 
 pytestmark = [pytest.mark.gpu, pytest.mark.process]
 PY = sys.executable

@@ -27,7 +27,6 @@ epochs (Keras's own order is test_training_guide_tf_data_reshuffled_each_epoch's
 from __future__ import annotations
 
 import contextlib
-import functools
 import math
 import os
 import pathlib
@@ -40,7 +39,6 @@ import tensorflow as tf
 
 import guides
 import tfgpu
-from conftest import local_strategy
 from guides import (
     GAN,
     CategoricalTruePositives,
@@ -55,101 +53,16 @@ from guides import (
     get_compiled_model,
     get_uncompiled_model,
 )
-from test_fit import same_history, same_weights
+from support.parity import KERAS, TFGPU, KerasUnder, same, tfgpu_with
+from support.replicas import local_strategy
 
 # -- the two ways each guide runs ------------------------------------------------------------------
 # every guide trains real models for seconds: make test runs them, make test-fast does not
 pytestmark = pytest.mark.heavy
 
-KERAS = SimpleNamespace(
-    name="keras",
-    fit=lambda model, *args, **kwargs: model.fit(*args, **kwargs),
-    evaluate=lambda model, *args, **kwargs: model.evaluate(*args, **kwargs),
-    predict=lambda model, *args, **kwargs: model.predict(*args, **kwargs),
-)
-TFGPU = SimpleNamespace(name="tfgpu", fit=tfgpu.fit, evaluate=tfgpu.evaluate, predict=tfgpu.predict)
-
-
-def tfgpu_with(strategy, everywhere=False):
-    """tfgpu for a model made outside any scope: ``strategy=`` passed to ``tfgpu.fit`` and
-    ``tfgpu.evaluate`` (predict then runs where tfgpu puts it: ``tfgpu.strategy()``, 3 replicas
-    in this process); ``everywhere``: passed to ``tfgpu.predict`` too, which takes it."""
-    return SimpleNamespace(
-        name="tfgpu",
-        fit=functools.partial(tfgpu.fit, strategy=strategy),
-        evaluate=functools.partial(tfgpu.evaluate, strategy=strategy),
-        predict=functools.partial(tfgpu.predict, strategy=strategy) if everywhere else tfgpu.predict,
-    )
-
-
-class KerasUnder:
-    """Keras's own fit / evaluate / predict of a model made outside any scope, run on that model
-    moved into ``strategy``'s scope in place (``placement.moved_in``, what tfgpu does): the same
-    weights and Dropout seeds as the model tfgpu trains."""
-
-    name = "keras"
-
-    def __init__(self, strategy):
-        self.strategy = strategy
-
-    def _placed(self, model):
-        from tfgpu.train import placement
-
-        if getattr(model, "_distribute_strategy", None) is not self.strategy:
-            placement.moved_in(model, self.strategy)
-        return model
-
-    def fit(self, model, *args, **kwargs):
-        return self._placed(model).fit(*args, **kwargs)
-
-    def evaluate(self, model, *args, **kwargs):
-        return self._placed(model).evaluate(*args, **kwargs)
-
-    def predict(self, model, *args, **kwargs):
-        return self._placed(model).predict(*args, **kwargs)
-
 
 def one_device():
     return contextlib.nullcontext()
-
-
-def same_results(ours, keras_, rel=1e-5):
-    """evaluate()'s result (a float, a list or a dict) or predict()'s (arrays, dicts of arrays)."""
-    if isinstance(keras_, str):
-        assert ours == keras_
-    elif isinstance(keras_, np.ndarray) or isinstance(ours, np.ndarray):
-        np.testing.assert_allclose(ours, keras_, rtol=rel, atol=1e-6)
-    elif isinstance(keras_, dict):
-        assert set(ours) == set(keras_)
-        for key in keras_:
-            same_results(ours[key], keras_[key], rel)
-    elif isinstance(keras_, list | tuple):
-        assert len(ours) == len(keras_)
-        for a, b in zip(ours, keras_, strict=True):
-            same_results(a, b, rel)
-    else:
-        assert ours == pytest.approx(keras_, rel=rel, abs=1e-6)
-
-
-def same_runs(ours, keras_, keys=None):
-    """Two runs of a guide: dicts of histories ("history..."), weights ("weights...") and
-    evaluate/predict results (anything else), compared key by key (``keys``: only those); every
-    key that differs is reported, each with the first line of what differs."""
-    keys = list(keras_) if keys is None else list(keys)
-    assert set(keys) <= set(ours), sorted(set(keys) - set(ours))
-    differ = []
-    for key in keys:
-        try:
-            if key.startswith("history"):
-                same_history(ours[key], keras_[key])
-            elif key.startswith("weights"):
-                same_weights(ours[key], keras_[key])
-            else:
-                same_results(ours[key], keras_[key])
-        except AssertionError as exc:
-            shown = [line for line in str(exc).splitlines() if line.strip()]
-            differ.append(f"{key}: {' | '.join(shown[:3])}")
-    assert not differ, "differs from Keras: " + "; ".join(differ)
 
 
 # -- keras-io guides/training_with_built_in_methods.py -----------------------------------------------
@@ -199,7 +112,7 @@ def test_training_guide_first_end_to_end_example(where):
         got = guide(TFGPU, strategy.scope)
     else:
         got = guide(tfgpu_with(strategy, everywhere=True), one_device)
-    same_runs(got, expected)
+    same(got, expected)
 
 
 def test_training_guide_custom_losses_and_metrics():
@@ -255,8 +168,8 @@ def test_training_guide_custom_losses_and_metrics():
     expected = guide(KERAS, one_device)
     assert expected["history_metric"]["categorical_true_positives"][-1] > 320  # pairs, not rows
     got = guide(TFGPU, strategy.scope)
-    same_runs(got, expected, keys=["history_fn", "history_loss", "weights"])
-    same_runs(got, guide(KERAS, strategy.scope), keys=["history_metric"])
+    same(got, expected, keys=["history_fn", "history_loss", "weights"])
+    same(got, guide(KERAS, strategy.scope), keys=["history_metric"])
 
 
 def test_training_guide_add_loss_in_a_layer():
@@ -281,7 +194,7 @@ def test_training_guide_add_loss_in_a_layer():
         history = api.fit(model, x_train, y_train, batch_size=64, epochs=1, shuffle=False)
         return {"history": history.history, "weights": model.get_weights()}
 
-    same_runs(guide(TFGPU), guide(KERAS))
+    same(guide(TFGPU), guide(KERAS))
 
 
 def test_training_guide_endpoint_layer_fit_on_x_alone():
@@ -310,7 +223,7 @@ def test_training_guide_endpoint_layer_fit_on_x_alone():
                 "predictions": api.predict(model, data)}  # fmt: skip
 
     strategy = local_strategy(2)
-    same_runs(guide(TFGPU, strategy.scope), guide(KERAS, strategy.scope))
+    same(guide(TFGPU, strategy.scope), guide(KERAS, strategy.scope))
 
 
 def test_training_guide_tf_data_reshuffled_each_epoch():
@@ -373,7 +286,7 @@ def test_training_guide_tf_data_reshuffled_each_epoch():
         "result": dict(zip(expected_model.metrics_names, result, strict=False)),
         "weights": expected_model.get_weights(),
     }
-    same_runs(got, expected)
+    same(got, expected)
 
 
 def test_training_guide_tf_data_datasets():
@@ -431,7 +344,7 @@ def test_training_guide_tf_data_datasets():
         runs["weights"] = model.get_weights()
         return runs
 
-    same_runs(guide(TFGPU, local_strategy(2).scope), guide(KERAS, one_device))
+    same(guide(TFGPU, local_strategy(2).scope), guide(KERAS, one_device))
 
 
 def test_training_guide_py_dataset():
@@ -457,7 +370,7 @@ def test_training_guide_py_dataset():
         return {"history": history.history, "results": api.evaluate(model, val_py_dataset),
                 "weights": model.get_weights()}  # fmt: skip
 
-    same_runs(guide(TFGPU, local_strategy(2).scope), guide(KERAS, one_device))
+    same(guide(TFGPU, local_strategy(2).scope), guide(KERAS, one_device))
 
 
 def test_training_guide_python_generator():
@@ -481,7 +394,7 @@ def test_training_guide_python_generator():
         history = api.fit(model, batches(), steps_per_epoch=5, epochs=2)
         return {"history": history.history, "weights": model.get_weights()}
 
-    same_runs(guide(TFGPU, local_strategy(2).scope), guide(KERAS, one_device))
+    same(guide(TFGPU, local_strategy(2).scope), guide(KERAS, one_device))
 
 
 def test_training_guide_class_and_sample_weights():
@@ -517,7 +430,7 @@ def test_training_guide_class_and_sample_weights():
         runs["weights_sample"] = model.get_weights()
         return runs
 
-    same_runs(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
+    same(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
 
 
 def test_training_guide_multi_input_multi_output_lists():
@@ -541,7 +454,7 @@ def test_training_guide_multi_input_multi_output_lists():
         return {"history": history.history, "weights": model.get_weights(),
                 "predictions": api.predict(model, [img_data, ts_data])}  # fmt: skip
 
-    same_runs(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
+    same(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
 
 
 def test_training_guide_multi_input_multi_output_dicts_and_dataset():
@@ -577,7 +490,7 @@ def test_training_guide_multi_input_multi_output_dicts_and_dataset():
         return {"history_dicts": dicts.history, "history_dataset": dataset.history,
                 "weights": model.get_weights()}  # fmt: skip
 
-    same_runs(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
+    same(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
 
 
 def test_training_guide_callbacks_and_checkpoints(tmp_path, monkeypatch):
@@ -670,7 +583,7 @@ def test_training_guide_callbacks_and_checkpoints(tmp_path, monkeypatch):
 
     expected = guide(KERAS, tmp_path / "keras")
     assert len(expected["per_batch_losses_new"]) == 10  # 320 rows in batches of 32
-    same_runs(guide(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
+    same(guide(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
 
 
 # -- keras-io guides/custom_train_step_in_tensorflow.py ---------------------------------------------
@@ -742,7 +655,7 @@ def test_custom_train_step_guide():
     # the custom test_step's loss is compute_loss's value, which Keras scales by 1/replicas in
     # evaluation too (no gradient is summed there); tfgpu reports one device's (issue 57 item 5)
     expected["evaluated"] = [expected["evaluated"][0] * 2, *expected["evaluated"][1:]]
-    same_runs(guide(TFGPU, strategy.scope), expected)
+    same(guide(TFGPU, strategy.scope), expected)
 
 
 def test_custom_train_step_guide_gan():
@@ -789,7 +702,7 @@ def test_custom_train_step_guide_gan():
 
     expected = guide(KERAS, one_device)
     assert expected["steps"] == [2, 2] and min(expected["moved"]) > 0
-    same_runs(guide(TFGPU, local_strategy(1).scope), expected)
+    same(guide(TFGPU, local_strategy(1).scope), expected)
     got = guide(TFGPU, local_strategy(2).scope)
     assert set(got["history"]) == set(expected["history"]) == {"d_loss", "g_loss"}
     assert all(np.isfinite(v).all() for v in got["history"].values())
@@ -882,7 +795,7 @@ def test_transfer_learning_guide():
         return {"history_top": top.history, "history_tuned": tuned.history,
                 "results": api.evaluate(model, test_ds), "weights": model.get_weights()}  # fmt: skip
 
-    same_runs(guide(TFGPU), guide(KERAS))
+    same(guide(TFGPU), guide(KERAS))
 
 
 # -- keras-io guides/distributed_training_with_tensorflow.py -----------------------------------------
@@ -971,7 +884,7 @@ def test_distributed_training_guide(tmp_path, monkeypatch):
         return runs
 
     expected = guide(KERAS, tf.distribute.get_strategy, tmp_path / "keras")
-    same_runs(guide(TFGPU, lambda: local_strategy(2), tmp_path / "tfgpu"), expected)
+    same(guide(TFGPU, lambda: local_strategy(2), tmp_path / "tfgpu"), expected)
 
 
 # -- keras-io guides/functional_api.py ---------------------------------------------------------------
@@ -1017,7 +930,7 @@ def test_functional_api_guide_ticket_classifier():
         return {"history": history.history, "weights": model.get_weights(),
                 "predictions": api.predict(model, {"title": title_data, "body": body_data, "tags": tags_data})}  # fmt: skip
 
-    same_runs(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
+    same(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
 
 
 def test_functional_api_guide_ticket_classifier_lists():
@@ -1058,7 +971,7 @@ def test_functional_api_guide_ticket_classifier_lists():
                 "weights": model.get_weights(),
                 "predictions": api.predict(model, [title_data, body_data, tags_data])}  # fmt: skip
 
-    same_runs(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
+    same(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
 
 
 # -- keras-io examples/vision/mnist_convnet.py -------------------------------------------------------
@@ -1101,7 +1014,7 @@ def test_mnist_convnet_example():
         print("Test accuracy:", score[1])
         return {"history": history.history, "score": score, "weights": model.get_weights()}
 
-    same_runs(guide(tfgpu_with(strategy)), guide(KerasUnder(strategy)))
+    same(guide(tfgpu_with(strategy)), guide(KerasUnder(strategy)))
 
 
 # -- keras-io examples/nlp/text_classification_from_scratch.py --------------------------------------
@@ -1174,7 +1087,7 @@ def test_text_classification_from_scratch_example():
 
     expected = guide(KERAS)
     assert expected["results"] == pytest.approx(expected["end_to_end"], rel=1e-5)
-    same_runs(guide(TFGPU), expected)
+    same(guide(TFGPU), expected)
 
 
 # -- keras-io examples/timeseries/timeseries_classification_from_scratch.py -------------------------
@@ -1226,7 +1139,7 @@ def test_timeseries_classification_example(tmp_path, monkeypatch):
         return {"history": history.history, "weights": weights, "y_pred": y_pred}
 
     expected = guide(KerasUnder(strategy), tmp_path / "keras")
-    same_runs(guide(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
+    same(guide(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
 
 
 # -- keras-io examples/structured_data/structured_data_classification_with_feature_space.py --------
@@ -1299,7 +1212,7 @@ def test_structured_data_feature_space_example():
                 "predicted": predicted}  # fmt: skip
 
     expected = guide(KerasUnder(strategy))
-    same_runs(guide(tfgpu_with(strategy)), expected)
+    same(guide(tfgpu_with(strategy)), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/keras/classification.ipynb ------------------------------------
@@ -1348,7 +1261,7 @@ def test_tf_basic_classification_tutorial(how):
                 "predictions": predictions, "predictions_single": predictions_single}  # fmt: skip
 
     if how == "strategy-passed":
-        same_runs(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
+        same(guide(tfgpu_with(local_strategy(2))), guide(KERAS))
         return
     # tfgpu's own strategy: Keras's default batch (32) rounded up to split over its replicas,
     # said in the summary; the reference is Keras at that batch
@@ -1359,7 +1272,7 @@ def test_tf_basic_classification_tutorial(how):
     batch = int(choices.as_dict()["batch_size"]["value"])
     assert batch == 33 and "rounded up" in choices.as_dict()["batch_size"]["reason"]
     at_batch = SimpleNamespace(**{**vars(KERAS), "fit": lambda m, *a, **k: m.fit(*a, batch_size=batch, **k)})
-    same_runs(ours, guide(at_batch))
+    same(ours, guide(at_batch))
 
 
 # -- tensorflow/docs site/en/tutorials/keras/regression.ipynb ----------------------------------------
@@ -1445,7 +1358,7 @@ def test_tf_regression_tutorial(tmp_path, monkeypatch):
 
     expected = guide(KERAS, tmp_path / "keras")
     assert expected["test_reloaded"] == pytest.approx(expected["test_dnn"])
-    same_runs(guide(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
+    same(guide(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/keras/save_and_load.ipynb -------------------------------------
@@ -1534,7 +1447,7 @@ def test_tf_save_and_load_tutorial(tmp_path, monkeypatch):
 
     expected = guide(KerasUnder(strategy), tmp_path / "keras")
     assert expected["files"] == ["cp-0000.weights.h5", "cp-0005.weights.h5"]
-    same_runs(guide(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
+    same(guide(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/keras/overfit_and_underfit.ipynb ------------------------------
@@ -1624,7 +1537,7 @@ def test_tf_overfit_and_underfit_tutorial(tmp_path):
                 "weights_tiny": tiny_model.get_weights(), "weights_l2": l2_model.get_weights()}  # fmt: skip
 
     expected = guide(KERAS, tmp_path / "keras")
-    same_runs(guide(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
+    same(guide(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/distribute/keras.ipynb ----------------------------------------
@@ -1735,4 +1648,4 @@ def test_tf_distributed_training_with_keras_tutorial(tmp_path, monkeypatch):
 
     expected = guide(KERAS, one_device, tmp_path / "keras")
     assert expected["printed"] == pytest.approx([1e-3, 1e-4, 1e-4, 1e-5])
-    same_runs(guide(TFGPU, strategy.scope, tmp_path / "tfgpu"), expected)
+    same(guide(TFGPU, strategy.scope, tmp_path / "tfgpu"), expected)

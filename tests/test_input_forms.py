@@ -27,8 +27,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import tfgpu
-from conftest import local_strategy
-from input_forms import CASES, FORMS, LAUNCHED, Batches, data, generator, run, same, small_model
+from input_forms import CASES, FORMS, LAUNCHED, Batches, data, generator, run, small_model
+from support.parity import same
+from support.replicas import local_strategy
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "tfgpu"
 
@@ -39,7 +40,7 @@ def check_form(form, verb, replicas, rows, batch):
     expected = run(verb, form, small_model(two), x, y, w, batch, ours=False)
     with local_strategy(replicas).scope():  # one replica: OneDevice, not tfgpu's choice of all
         model = small_model(two)
-    same(run(verb, form, model, x, y, w, batch, ours=True), expected)
+    same(run(verb, form, model, x, y, w, batch, ours=True), expected, rtol=2e-5, atol=2e-6)
 
 
 @pytest.mark.heavy
@@ -69,7 +70,7 @@ def test_three_forms_under_tfgpu_launch_fit_and_predict_as_keras_on_one_device(t
     """Arrays, a PyDataset and a generator, as written (no strategy passed: tfgpu takes
     TF_CONFIG's), on 2 workers: each worker ends with Keras's one-device weights and history,
     and predicts every row once, in input order."""
-    from conftest import run_cli
+    from support.processes import run_cli
 
     script = Path(__file__).parent / "scripts" / "input_forms.py"
     done = run_cli("launch", "--nproc", "2", "--", sys.executable, str(script), str(tmp_path), timeout=600)
@@ -82,7 +83,7 @@ def test_three_forms_under_tfgpu_launch_fit_and_predict_as_keras_on_one_device(t
             results = pickle.load(handle)
         for verb, form in LAUNCHED:
             expected = run(verb, form, small_model(FORMS[form][0]), x, y, w, 8, ours=False)
-            same(results[f"{verb}-{form}"], expected)
+            same(results[f"{verb}-{form}"], expected, rtol=2e-5, atol=2e-6)
 
 
 # -- what cannot be taken ------------------------------------------------------------------------
@@ -109,6 +110,7 @@ class Changing(keras.utils.PyDataset):
         return (x, y) if index == 0 else x
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("verb", ["fit", "evaluate", "predict"])
 def test_an_endless_py_dataset_without_steps_is_one_message_naming_the_argument(verb):
     model = small_model(False)
@@ -118,6 +120,7 @@ def test_an_endless_py_dataset_without_steps_is_one_message_naming_the_argument(
     assert f"pass {argument}=N" in caught.value.fix
 
 
+@pytest.mark.heavy
 def test_an_endless_py_dataset_with_steps_is_read_as_keras_reads_it():
     expected = small_model(False)
     keras_out = expected.predict(Endless(), steps=3, verbose=0)
@@ -127,6 +130,7 @@ def test_an_endless_py_dataset_with_steps_is_read_as_keras_reads_it():
     assert len(history.history["loss"]) == 2 and int(model.optimizer.iterations) == 4
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("verb", ["fit", "predict"])
 def test_a_py_dataset_whose_batches_change_structure_is_one_message(verb):
     with pytest.raises(
@@ -136,6 +140,7 @@ def test_a_py_dataset_whose_batches_change_structure_is_one_message(verb):
     assert "same structure" in caught.value.fix
 
 
+@pytest.mark.model
 def test_a_generator_of_arrays_not_tuples_is_one_message_with_keras_s_reason():
     x, _, _ = data(16)
     with pytest.raises(tfgpu.ConfigError, match="must return a tuple") as caught:
@@ -143,12 +148,14 @@ def test_a_generator_of_arrays_not_tuples_is_one_message_with_keras_s_reason():
     assert "(x,)" in caught.value.fix and "[[" not in str(caught.value)
 
 
+@pytest.mark.model
 def test_predict_of_a_dataset_directory_without_output_says_how(tmp_path):
     with pytest.raises(tfgpu.ConfigError, match="a dataset directory is not one of them") as caught:
         tfgpu.predict(small_model(False), str(tmp_path), batch_size=None)
     assert "output=" in caught.value.fix
 
 
+@pytest.mark.model
 def test_y_beside_a_generator_is_one_message():
     x, y, _ = data(16)
     with pytest.raises(
@@ -157,6 +164,7 @@ def test_y_beside_a_generator_is_one_message():
         tfgpu.fit(small_model(False), generator((x, y), 8), y, verbose=0)
 
 
+@pytest.mark.heavy
 def test_a_py_dataset_s_epoch_hooks_are_called_as_keras_calls_them():
     """Keras's fit and evaluate end an epoch before they begin (their iterator's reset: a
     PyDataset that reshuffles in ``on_epoch_end`` starts shuffled); predict does not."""
@@ -233,8 +241,7 @@ def test_each_verb_enters_the_door_at_one_call_site():
     """A static walk (``call_graph``) from ``tfgpu.fit``, ``tfgpu.evaluate`` and ``tfgpu.predict``:
     the calls of ``adapters.of`` written outside the adapters module; the Trainer's door for a
     Task's data (``adapters.through_door``) is entered once too."""
-    sys.path.insert(0, str(Path(__file__).parent))
-    from call_graph import CallGraph
+    from support.call_graph import CallGraph
 
     graph = CallGraph("tfgpu")
     door = "tfgpu.train.adapters"

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import tfgpu
-from conftest import local_strategy
 from fit_models import (
     binary_data,
     binary_model,
@@ -17,7 +16,9 @@ from fit_models import (
     transfer_model,
     two_in_two_out,
 )
-from test_fit import in_scope, same_history, same_weights
+from support.parity import in_scope, same
+from support.replicas import local_strategy
+from tutorials import ps_tutorial_trained_as_keras, tutorial
 
 ARGS = dict(batch_size=48, shuffle=False, verbose=0)
 
@@ -58,10 +59,11 @@ def test_fine_tuning_follows_compile_and_trainable_as_keras(where):
     got = _fine_tune(lambda m, *a, **k: fit(m, *a, **k, **ARGS), model, base, x, y)
     assert got[2] == pytest.approx(expected[2], rel=1e-4)
     assert got[3] == 0.0
-    same_history(got[0], expected[0])
-    same_history(got[1], expected[1])  # metrics start again each call: nothing accumulates
+    same(got[0], expected[0])
+    same(got[1], expected[1])  # metrics start again each call: nothing accumulates
 
 
+@pytest.mark.heavy
 def test_a_model_outside_the_scope_keeps_its_optimizer_state_between_calls():
     """Two fit calls on the default strategy (tfgpu.strategy(), collectives): as one Keras model."""
     x, y = binary_data(384)
@@ -70,11 +72,12 @@ def test_a_model_outside_the_scope_keeps_its_optimizer_state_between_calls():
     second = expected.fit(x, y, epochs=1, **ARGS).history
     model, _ = transfer_model(frozen=False)
     assert tfgpu.strategy() is tfgpu.strategy()  # one strategy per process: collectives stay in step
-    same_history(tfgpu.fit(model, x, y, epochs=1, **ARGS).history, first)
-    same_history(tfgpu.fit(model, x, y, epochs=1, **ARGS).history, second)  # Adam's moments kept
-    same_weights(model.get_weights(), expected.get_weights())
+    same(tfgpu.fit(model, x, y, epochs=1, **ARGS).history, first)
+    same(tfgpu.fit(model, x, y, epochs=1, **ARGS).history, second)  # Adam's moments kept
+    same(model.get_weights(), expected.get_weights())
 
 
+@pytest.mark.heavy
 def test_evaluate_after_re_compile_is_keras_and_repeatable():
     x, y = binary_data(384)
     model, base = in_scope(local_strategy(2), transfer_model)
@@ -107,7 +110,7 @@ def test_a_train_step_s_own_logs_are_reported_as_keras_reports_them(replicas):
     keras_history["val_loss"] = [v * replicas for v in keras_history["val_loss"]]
     model = in_scope(local_strategy(replicas), grad_norm_model)
     history = tfgpu.fit(model, x, y, epochs=2, validation_data=(x[:96], y[:96]), callbacks=[logger], **ARGS)
-    same_history(history.history, keras_history)
+    same(history.history, keras_history)
     assert seen[-1] == pytest.approx({k: v[-1] for k, v in keras_history.items()}, rel=1e-5)
     # evaluate: the last test step's logs, as Keras's evaluate (a dict, or in Keras's order)
     got = tfgpu.evaluate(model, x[:96], y[:96], batch_size=48, return_dict=True)
@@ -165,8 +168,8 @@ def test_lists_for_several_inputs_and_outputs_as_keras():
     keras_history = expected.fit(x, y, epochs=2, validation_data=(x, y), **ARGS).history
     model = in_scope(local_strategy(2), two_in_two_out)
     history = tfgpu.fit(model, x, y, epochs=2, validation_data=(x, y), **ARGS)
-    same_history(history.history, keras_history)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(history.history, keras_history)
+    same(model.get_weights(), expected.get_weights())
     assert tfgpu.evaluate(model, x, y, verbose=0) == pytest.approx(
         expected.evaluate(x, y, verbose=0), rel=1e-5
     )
@@ -174,6 +177,7 @@ def test_lists_for_several_inputs_and_outputs_as_keras():
         np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.heavy
 def test_x_without_y_for_a_model_that_adds_its_own_loss():
     rng = np.random.default_rng(8)
     data = {
@@ -186,8 +190,8 @@ def test_x_without_y_for_a_model_that_adds_its_own_loss():
     expected = in_scope(local_strategy(2), endpoint_model)
     keras_history = expected.fit(data, epochs=2, **ARGS).history
     model = in_scope(local_strategy(2), endpoint_model)
-    same_history(tfgpu.fit(model, data, epochs=2, **ARGS).history, keras_history)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(tfgpu.fit(model, data, epochs=2, **ARGS).history, keras_history)
+    same(model.get_weights(), expected.get_weights())
     with pytest.raises(tfgpu.ConfigError, match="without y, and the model's compiled loss needs labels"):
         tfgpu.fit(in_scope(local_strategy(2), binary_model), data["inputs"], epochs=1, verbose=0)
 
@@ -221,8 +225,8 @@ def test_a_py_dataset_with_workers_and_a_generator_as_keras(clean_choices):
     model = in_scope(local_strategy(2), binary_model)
     batches = _Batches(x, y, 48, workers=2)
     history = tfgpu.fit(model, batches, epochs=2, verbose=0, shuffle=False)
-    same_history(history.history, keras_history)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(history.history, keras_history)
+    same(model.get_weights(), expected.get_weights())
     # Keras ends an epoch before the first (its iterator's reset), then one per epoch: 3
     assert batches.epochs_ended == keras_batches.epochs_ended == 3
     assert "PyDataset" in choices.as_dict()["input"]["value"]
@@ -234,7 +238,7 @@ def test_a_py_dataset_with_workers_and_a_generator_as_keras(clean_choices):
     expected = binary_model()
     keras_history = expected.fit(generator(), epochs=1, verbose=0).history
     model = in_scope(local_strategy(2), binary_model)
-    same_history(tfgpu.fit(model, generator(), epochs=1, verbose=0).history, keras_history)
+    same(tfgpu.fit(model, generator(), epochs=1, verbose=0).history, keras_history)
     assert tfgpu.evaluate(model, generator(), verbose=0) == pytest.approx(
         expected.evaluate(generator(), verbose=0), rel=1e-5
     )
@@ -268,8 +272,8 @@ def test_backup_and_restore_resumes_at_the_epoch_as_keras(tmp_path):
     fresh = in_scope(local_strategy(2), binary_model)  # a new process would build the model anew
     history = tfgpu.fit(fresh, x, y, epochs=4, callbacks=[backup], **ARGS)
     assert history.epoch == [2, 3]  # as Keras: only the epochs left
-    same_history(history.history, resumed)
-    same_weights(fresh.get_weights(), keras_model.get_weights())
+    same(history.history, resumed)
+    same(fresh.get_weights(), keras_model.get_weights())
     assert not (tmp_path / "ours").exists()  # deleted once training ended, as Keras does
 
 
@@ -326,12 +330,13 @@ def test_the_multi_worker_tutorial_checkpoints_and_predicts_on_every_worker(tmp_
     )
     results = run_cluster("bodies:multi_worker_tutorial", workers=2, args=(str(tmp_path),), timeout=400)
     for result in results.values():
-        same_history(result["history"], history.history)
-        same_history(result["own_logs"], own_logs.history)
+        same(result["history"], history.history)
+        same(result["own_logs"], own_logs.history)
         np.testing.assert_allclose(result["predicted"], want, rtol=1e-5, atol=1e-6)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-1.keras", "ckpt-2.keras"]
 
 
+@pytest.mark.heavy
 def test_adapted_preprocessing_layers_outside_the_scope_as_keras():
     """The model is re-created in the strategy's scope: its adapted vocabularies (tables, not
     weights) and normalization constants come with it."""
@@ -352,8 +357,8 @@ def test_adapted_preprocessing_layers_outside_the_scope_as_keras():
     keras_history = expected.fit(data(), epochs=2, verbose=0).history
     model = adapted_model(words, numbers, texts)
     history = tfgpu.fit(model, data(), epochs=2, verbose=0, strategy=local_strategy(2))
-    same_history(history.history, keras_history)
-    same_weights(model.get_weights(), expected.get_weights())
+    same(history.history, keras_history)
+    same(model.get_weights(), expected.get_weights())
     assert tfgpu.evaluate(model, data(), verbose=0, strategy=local_strategy(2)) == pytest.approx(
         expected.evaluate(data(), verbose=0), rel=1e-5
     )
@@ -392,19 +397,8 @@ def test_the_gan_guide_runs_as_written_on_two_replicas():
         expected.g_optimizer.build(expected.generator.trainable_variables)
         expected.built = True
     expected.set_weights(start)
-    same_history(history.history, expected.fit(data(), epochs=2, verbose=0).history)
-    same_weights(model.get_weights(), expected.get_weights())
-
-
-def _tutorial(name):
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).parent.parent / "examples" / "tutorials" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"tutorial_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return path, module
+    same(history.history, expected.fit(data(), epochs=2, verbose=0).history)
+    same(model.get_weights(), expected.get_weights())
 
 
 @pytest.mark.slow
@@ -415,36 +409,18 @@ def test_the_multi_worker_tutorial_under_tfgpu_launch(tmp_path):
     import json
     import sys
 
-    from conftest import run_cli
+    from support.processes import run_cli
     from tfgpu.testing import run_on_logical_cpus
 
-    path, _ = _tutorial("multi_worker")
+    path, _ = tutorial("multi_worker")
     done = run_cli("launch", "--nproc", "2", "--", sys.executable, str(path), str(tmp_path), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     expected, history = run_on_logical_cpus("bodies:keras_fits_the_multi_worker_tutorial", 1)
     for task in ("worker-0", "worker-1"):
         weights = np.load(tmp_path / f"{task}.npz")
-        same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected)
-        same_history(json.loads((tmp_path / f"{task}.json").read_text()), history)
+        same([weights[f"arr_{i}"] for i in range(len(weights.files))], expected)
+        same(json.loads((tmp_path / f"{task}.json").read_text()), history)
     assert not (tmp_path / "backup").exists()
-
-
-def ps_tutorial_trained_as_keras(tutorial, out):
-    """The chief of the parameter-server tutorial saved, in ``out``, Keras's one-device weights and
-    history, every step counted (its steps run in order on one worker)."""
-    import json
-
-    import tensorflow as tf
-
-    result = json.loads((out / "chief.json").read_text())
-    assert result["iterations"] == 100 and len(result["history"]["loss"]) == 5
-    expected = tutorial.build_model()
-    history = expected.fit(
-        tutorial.dataset_fn(tf.distribute.InputContext()), epochs=5, steps_per_epoch=20, verbose=0
-    )
-    weights = np.load(out / "chief.npz")
-    same_weights([weights[f"arr_{i}"] for i in range(len(weights.files))], expected.get_weights())
-    same_history(result["history"], history.history)
 
 
 @pytest.mark.slow
@@ -455,14 +431,14 @@ def test_the_parameter_server_tutorial_under_tfgpu_launch(tmp_path):
     counted."""
     import sys
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
-    path, tutorial = _tutorial("parameter_server")
+    path, loaded = tutorial("parameter_server")
     done = run_cli(
         "launch", "--ps", "1", "--nproc", "1", "--", sys.executable, str(path), str(tmp_path), timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    ps_tutorial_trained_as_keras(tutorial, tmp_path)
+    ps_tutorial_trained_as_keras(loaded, tmp_path)
     assert (
         (tmp_path / "ckpt.keras").exists()
         and (tmp_path / "log").is_dir()

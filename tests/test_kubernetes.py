@@ -557,11 +557,11 @@ def test_a_jobset_with_a_parameter_server_pod_trains_the_tutorial(tmp_path):
     """A JobSet of one worker pod (the chief and worker 0) and one ps pod, each told its place by
     its labels file: the parameter-server tutorial ends with Keras's one-device weights, as under
     tfgpu launch --ps 1 --nproc 1 (tests/test_keras_contract.py)."""
-    from test_keras_contract import _tutorial, ps_tutorial_trained_as_keras
+    from tutorials import ps_tutorial_trained_as_keras, tutorial
 
     ports = {"worker": free_port(), "ps": free_port()}
     host_map = json.dumps({f"js-{r}-0-0.js": f"127.0.0.1:{p}" for r, p in ports.items()})
-    path, tutorial = _tutorial("parameter_server")
+    path, loaded = tutorial("parameter_server")
     processes, logs = [], []
     for role in ("ps", "worker"):
         podinfo = tmp_path / f"podinfo-{role}"
@@ -582,12 +582,12 @@ def test_a_jobset_with_a_parameter_server_pod_trains_the_tutorial(tmp_path):
     finish(processes[1:], logs[1:])  # the worker pod ends when its chief is done
     finish(processes[:1], logs[:1])  # the ps pod once it sees the chief gone
     assert "the chief at 127.0.0.1:" in logs[0].read_text()
-    ps_tutorial_trained_as_keras(tutorial, tmp_path)
+    ps_tutorial_trained_as_keras(loaded, tmp_path)
 
 
 @pytest.mark.process
 def test_dry_run_on_a_pod_prints_its_tf_config(tmp_path):
-    from conftest import run_cli
+    from support.processes import run_cli
 
     environ = {"JOB_COMPLETION_INDEX": "1", "HOSTNAME": "train-1", "TFGPU_PODINFO": str(tmp_path)}
     done = run_cli(

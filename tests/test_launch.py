@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from support.processes import run_cli
 from tfgpu import nvml
 from tfgpu.errors import ConfigError
 from tfgpu.launch import LaunchConfig

@@ -19,9 +19,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SRC = ROOT / "src"
-PACKAGE = SRC / "tfgpu"
+from support.source import PACKAGE, ROOT, SRC, is_module, library_modules
 
 # lowest first; each name is a top-level module or package of tfgpu
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
@@ -100,17 +98,6 @@ class Leak:
         return f"{self.path}:{self.line} imports {self.target} ({self.why})"
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(SRC).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def is_module(dotted: str) -> bool:
-    """Whether ``dotted`` (tfgpu.x.y) is a module or package on disk, not a name inside one."""
-    base = SRC.joinpath(*dotted.split("."))
-    return base.with_suffix(".py").exists() or (base / "__init__.py").exists()
-
-
 def root_exports() -> dict[str, str]:
     """The package root's lazy public names -> the module that defines each (from its _EXPORTS)."""
     tree = ast.parse((PACKAGE / "__init__.py").read_text())
@@ -168,10 +155,6 @@ def unit(dotted: str) -> str:
 
 def layer_of(name: str) -> int | None:
     return next((i for i, (_, names) in enumerate(LAYERS) if name in names), None)
-
-
-def library_modules() -> list[tuple[str, Path]]:
-    return [(module_name(p), p) for p in sorted(PACKAGE.rglob("*.py"))]
 
 
 def leaks() -> list[Leak]:

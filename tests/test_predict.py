@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import run_cli
+from support.processes import run_cli
 from tfgpu import data
 from tfgpu.errors import ConfigError, InputError
 from tfgpu.predict import PredictOptions, predict, read_output
@@ -89,6 +89,7 @@ def only_output(result: dict) -> np.ndarray:
     return next(v for k, v in result.items() if k != "row_id")
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("replicas", [1, 2, 3])
 def test_replicas_equal_the_single_device_loop(files, tmp_path, replicas):
     result = run(files, files["root"] / "x.npy", tmp_path / "o", replicas)
@@ -98,6 +99,7 @@ def test_replicas_equal_the_single_device_loop(files, tmp_path, replicas):
     np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize(("replicas", "per_call"), [(1, 1), (1, 5), (2, 3)])
 def test_several_batches_per_call_keep_every_row(files, tmp_path, replicas, per_call, clean_choices):
     """16 batches of 64 (the last padded) taken 1, 3 or 5 per compiled call: the same rows."""
@@ -111,6 +113,7 @@ def test_several_batches_per_call_keep_every_row(files, tmp_path, replicas, per_
     np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 def test_any_order_reads_from_a_dataset_keep_input_order(files, tmp_path):
     run(files, files["root"] / "ds", tmp_path / "o", 3, deterministic=False)
     out = read_output(tmp_path / "o")
@@ -118,6 +121,7 @@ def test_any_order_reads_from_a_dataset_keep_input_order(files, tmp_path):
     np.testing.assert_allclose(only_output(out), files["reference"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("fmt", ["npy", "tfrecord"])
 def test_other_output_formats(files, tmp_path, fmt):
     run(files, files["root"] / "x.npy", tmp_path / "o", 2, fmt=fmt)
@@ -126,6 +130,7 @@ def test_other_output_formats(files, tmp_path, fmt):
     np.testing.assert_allclose(only_output(out).reshape(1001, 3), files["reference"], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.heavy
 def test_estimator_style_signature_takes_serialized_examples(files, tmp_path):
     saved = str(files["root"] / "estimator_like")
     for source in (files["root"] / "ds", files["root"] / "x.npy"):
@@ -152,6 +157,7 @@ def test_estimator_style_signature_takes_serialized_examples(files, tmp_path):
     )
 
 
+@pytest.mark.model
 def test_named_inputs_from_parquet_and_csv(tmp_path):
     inputs = {n: keras.Input((), name=n) for n in "abc"}
     stacked = keras.layers.Concatenate()([keras.layers.Reshape((1,))(v) for v in inputs.values()])
@@ -178,6 +184,7 @@ def test_named_inputs_from_parquet_and_csv(tmp_path):
         np.testing.assert_allclose(only_output(out), reference, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.model
 def test_bucketing_variable_length_rows(tmp_path):
     keras.utils.set_random_seed(5)
     tokens = keras.Input((None,), dtype="int64", name="tokens")
@@ -263,6 +270,7 @@ def test_killed_run_resumes_with_every_row_once(files, tmp_path):
     assert not list((tmp_path / "o").glob("*.tmp-*"))
 
 
+@pytest.mark.model
 def test_bad_inputs(files, tmp_path):
     (tmp_path / "notes.txt").write_text("hello")
     (tmp_path / "empty").mkdir()
@@ -338,6 +346,7 @@ def test_npy_rows_read_by_tensorflow_equal_numpy_slices(tmp_path):
                 assert [len(i) for i, _ in parts][:-1] == [batch] * (len(parts) - 1)
 
 
+@pytest.mark.model
 def test_one_replica_off_the_host_reads_through_the_distributed_iterator(files, tmp_path, monkeypatch):
     from tfgpu import distribute
 
@@ -390,6 +399,7 @@ def test_a_rerun_with_another_input_or_model_is_refused_until_overwrite(files, t
     np.testing.assert_allclose(only_output(result), files["reference"][::-1], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 def test_a_keras_file_split_over_devices_predicts_as_one_device(files, tmp_path, clean_choices):
     """--devices-per-replica 3: the model's two layers on two of this process's 3 logical CPUs,
     the rows in order, the outputs the one-device loop's."""

@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tfgpu
-from conftest import cli_environ, local_strategy, run_cli
+from support.processes import cli_environ, run_cli
+from support.replicas import local_strategy
 from tfgpu.errors import RESUMABLE, StoppedOnRequest
 
 SCRIPTS = Path(__file__).parent.parent / "examples"  # examples/preemptible.py, as docs/multi-node.md runs it
@@ -71,6 +72,7 @@ def checkpoints(directory: Path) -> list[int]:
     return sorted(int(p.name[5:].split(".")[0]) for p in directory.glob("ckpt-*.index"))
 
 
+@pytest.mark.heavy
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     at=st.integers(1, 59),
@@ -109,6 +111,7 @@ def test_a_signalled_fit_stops_at_its_call_saves_once_and_resumes_to_the_unstopp
         np.testing.assert_allclose(resumed[name], values, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 def test_a_fit_without_checkpoint_dir_stops_and_says_nothing_was_kept(caplog):
     x, y = preempted_fit.data()
     model = preempted_fit.model()
@@ -151,6 +154,7 @@ def slow_data(send_at: int):
     return rows.enumerate().map(lambda i, b: late(i, *b)).prefetch(0)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_a_call_of_many_steps_ends_at_the_step_the_signal_lands_in(tmp_path, replicas):
     """A call of 200 steps is not waited for: the signal, landing while the call runs (sent as
@@ -218,6 +222,7 @@ def test_stop_signals_are_read_from_the_environment():
         env.stop_grace({"TFGPU_STOP_GRACE": "0"})
 
 
+@pytest.mark.model
 def test_a_signal_named_in_tfgpu_stop_signals_stops_the_run(tmp_path, monkeypatch):
     monkeypatch.setenv("TFGPU_STOP_SIGNALS", "SIGUSR1")
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import tfgpu
-from conftest import local_strategy
+from support.replicas import local_strategy
 from tfgpu.testing import run_on_logical_cpus
 
 ATOL = 2e-5  # float32 sums taken in another order over 2 replicas
@@ -70,6 +70,7 @@ def two():
 # -- the optimizer the user holds -----------------------------------------------------------------
 
 
+@pytest.mark.model
 def test_the_optimizer_the_user_holds_is_the_one_trained(two):
     held = keras.optimizers.SGD(0.05)
     model, twin = made(held), made(keras.optimizers.SGD(0.05))
@@ -80,6 +81,7 @@ def test_the_optimizer_the_user_holds_is_the_one_trained(two):
     assert furthest(model, twin) < ATOL
 
 
+@pytest.mark.model
 def test_a_learning_rate_set_through_the_users_optimizer_between_fits_is_used(two):
     held = keras.optimizers.SGD(0.05)
     model = made(held)
@@ -97,6 +99,7 @@ def furthest_from(weights: list[Any], model: Any) -> float:
     return max(float(np.max(np.abs(u - v))) for u, v in zip(weights, model.get_weights(), strict=True))
 
 
+@pytest.mark.model
 def test_an_optimizer_whose_config_leaves_out_an_init_argument_trains_as_under_keras(two):
     model, twin = made(ScaledSGD(2.0)), made(ScaledSGD(2.0))
     tfgpu.fit(model, X, Y, batch_size=16, epochs=2, shuffle=False, verbose=0, strategy=two)
@@ -108,6 +111,7 @@ def test_an_optimizer_whose_config_leaves_out_an_init_argument_trains_as_under_k
 # -- Keras's own methods after tfgpu's verbs -------------------------------------------------------
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("verb", ["fit", "evaluate", "predict"])
 def test_keras_methods_after_a_verb_run_as_on_one_device(two, verb):
     model, twin = made(), made()
@@ -137,6 +141,7 @@ def test_keras_methods_after_a_verb_run_as_on_one_device(two, verb):
     np.testing.assert_allclose(model.predict(X, verbose=0), twin.predict(X, verbose=0), atol=ATOL)
 
 
+@pytest.mark.heavy
 def test_a_second_compile_outside_any_scope_then_keras_methods_and_a_second_fit(two, tmp_path):
     model, twin = made(), made()
     tfgpu.fit(model, X, Y, batch_size=16, epochs=1, shuffle=False, verbose=0, strategy=two)
@@ -156,6 +161,7 @@ def test_a_second_compile_outside_any_scope_then_keras_methods_and_a_second_fit(
     assert int(loaded.optimizer.iterations.numpy()) == int(model.optimizer.iterations.numpy())
 
 
+@pytest.mark.heavy
 def test_a_callback_sees_the_model_during_the_fit_and_keras_methods_after_it(two):
     seen: list[int] = []
 
@@ -181,6 +187,7 @@ class Printing(keras.Model):
         return out
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_run_eagerly_runs_the_step_eagerly_as_keras_does(replicas):
     strategy = local_strategy(replicas)
@@ -271,6 +278,7 @@ def given_as(form: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
 FORMS = ["arrays", "dataset", "shuffled dataset", "generator", "PyDataset"]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("form", FORMS)
 def test_the_proof_steps_on_the_runs_own_first_batch_for_every_kind_of_data(two, form):
     """A step that doubles its gradient on several replicas is said to differ, by 2x, whatever
@@ -449,7 +457,7 @@ def test_two_launches_under_op_determinism_are_bit_identical(tmp_path):
     import sys
     from pathlib import Path
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     script = Path(__file__).parent / "scripts" / "deterministic_fit.py"
     runs = []

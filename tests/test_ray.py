@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from support.parity import same
+
 pytest.importorskip("ray.train", reason="tfgpu[ray] is not installed")
 
 SCRIPT = Path(__file__).parent / "scripts" / "ray_fit.py"
@@ -85,12 +87,6 @@ def _keras(batches: list[np.ndarray]) -> tuple[list[np.ndarray], list[float]]:
     return model.get_weights(), losses
 
 
-def _same(found: dict, weights: list[np.ndarray], losses: list[float]) -> None:
-    for got, want in zip(found["weights"], weights, strict=True):
-        np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(found["history"]["loss"], losses, rtol=1e-5)
-
-
 def _plain() -> list[np.ndarray]:
     return [np.arange(i, min(i + ray_fit.BATCH, ray_fit.ROWS)) for i in range(0, ray_fit.ROWS, ray_fit.BATCH)]
 
@@ -100,7 +96,8 @@ def test_fit_on_arrays_in_each_ray_worker_trains_as_one_device(runs: tuple[Path,
     out, _ = runs
     weights, losses = _keras(_plain())
     for rank in (0, 1):
-        _same(_worker(out, "arrays", rank), weights, losses)
+        found = _worker(out, "arrays", rank)
+        same([found["weights"], found["history"]["loss"]], [weights, losses])
 
 
 def _shard_batches() -> list[np.ndarray]:
@@ -131,7 +128,7 @@ def test_fit_on_a_ray_data_shard_trains_as_one_device_on_the_stated_global_batch
     weights, losses = _keras(batches)
     for rank in (0, 1):
         found = _worker(out, "shard", rank)
-        _same(found, weights, losses)
+        same([found["weights"], found["history"]["loss"]], [weights, losses])
         assert found["iterations"] == len(batches) * ray_fit.EPOCHS
 
 
@@ -240,6 +237,7 @@ def test_metrics_are_picked_as_ray_s_own_keras_callback_picks_them() -> None:
         _picked(logs, ["val_auc"])
 
 
+@pytest.mark.model
 def test_load_weights_refuses_an_unbuilt_model_a_foreign_checkpoint_and_an_empty_directory(
     tmp_path: Path,
 ) -> None:

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import local_strategy
+from support.parity import same
+from support.replicas import local_strategy
 
 FIT = dict(batch_size=16, epochs=2, shuffle=False, verbose=0)
 
@@ -21,11 +22,6 @@ def regression(rows: int = 64, features: int = 4):
     return x, (x @ rng.normal(size=(features, 1))).astype("float32")
 
 
-def assert_same_weights(ours, theirs, *, atol=1e-6):
-    for a, b in zip(ours.get_weights(), theirs.get_weights(), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=atol)
-
-
 OPTIMIZERS = {
     "adam": (lambda: keras.optimizers.Adam(0.01), {}),
     "rmsprop": (lambda: keras.optimizers.RMSprop(0.01), {}),
@@ -34,6 +30,7 @@ OPTIMIZERS = {
 }
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
 def test_an_unbuilt_model_compiled_in_the_scope_trains_as_one_device(optimizer, clean_choices):
     """Item 1: an ``Input``-less Sequential made and compiled in the scope, with an optimizer that
@@ -54,7 +51,7 @@ def test_an_unbuilt_model_compiled_in_the_scope_trains_as_one_device(optimizer, 
         ours = model()
     history = tfgpu.fit(ours, x, y, **FIT)
     assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
-    assert_same_weights(ours, reference)
+    same(ours.get_weights(), reference.get_weights())
 
 
 class TwoOptimizers(keras.Model):
@@ -101,6 +98,7 @@ def two_optimizers():
     return model
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("prove", [True, False])
 def test_optimizers_the_model_keeps_move_with_it_and_the_proof_leaves_them_as_they_were(prove, clean_choices):
     """Items 3 and 4: the optimizers a model keeps as attributes, made outside any scope, failed
@@ -112,7 +110,7 @@ def test_optimizers_the_model_keeps_move_with_it_and_the_proof_leaves_them_as_th
     ours = two_optimizers()
     history = tfgpu.fit(ours, x, y, strategy=local_strategy(2), prove=prove, **FIT)
     assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
-    assert_same_weights(ours, reference)
+    same(ours.get_weights(), reference.get_weights())
     for mine, theirs in (
         (ours.encoder_optimizer, reference.encoder_optimizer),
         (ours.head_optimizer, reference.head_optimizer),
@@ -134,6 +132,7 @@ class ScaledTracker(TwoOptimizers):
         return {"loss": self.tracker.result()}
 
 
+@pytest.mark.heavy
 def test_a_tracker_fed_the_scaled_loss_is_said_with_its_cause(clean_choices):
     keras.utils.set_random_seed(0)
     model = ScaledTracker()
@@ -169,6 +168,7 @@ def own_evaluation():
     return model
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("rows", [1024, 1000])
 def test_an_own_evaluation_step_reports_one_device_s_figures(rows, clean_choices):
     """Item 5: the loss read 1/2 of one device's on 2 replicas (the tracker fed compute_loss's
@@ -199,6 +199,7 @@ class RaisesWhenArmed(keras.layers.Layer):
         return inputs
 
 
+@pytest.mark.model
 def test_a_failure_building_the_model_names_its_real_cause(monkeypatch, clean_choices):
     """Item 2: every failure while the model was built on the data was said as a label shape
     ("Fix: give labels of the shape the loss expects"), whatever it was."""
@@ -227,6 +228,7 @@ def test_a_failure_building_the_model_names_its_real_cause(monkeypatch, clean_ch
     assert "give labels of the shape the loss expects" in str(raised.value)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_xla_asked_in_compile_is_taken_or_said_why_not(replicas, clean_choices):
     """Item 9: keras-io's image classification example asks for XLA in ``compile``; tfgpu.fit
@@ -280,6 +282,7 @@ def embedding_model(optimizer):
     return model
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("source", ["arrays", "dataset", "file"])
 def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, tmp_path, clean_choices):
     """Item 6: an Embedding's IndexedSlices gradients are all-gathered; a short last batch inside
@@ -305,7 +308,7 @@ def test_a_short_last_batch_with_sparse_gradients_trains_as_one_device(source, t
     assert strategy.num_replicas_in_sync == 3  # 69 rows of 18: a last batch of 15, 5 a replica
     history = tfgpu.fit(model, *data, epochs=2, verbose=0, strategy=strategy, **args)
     assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
-    assert_same_weights(model, reference)
+    same(model.get_weights(), reference.get_weights())
 
 
 class TokenAndPositionEmbedding(keras.layers.Layer):
@@ -335,6 +338,7 @@ def position_model(per_example):
     return model
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("per_example", [False, True])
 def test_a_position_embedding_under_adam_is_said_or_trains_as_one_device(per_example, clean_choices):
     """Item 7: a row looked up once per batch gets a gradient slice per replica, and Adam
@@ -352,7 +356,7 @@ def test_a_position_embedding_under_adam_is_said_or_trains_as_one_device(per_exa
     proof = history.train_result.proof
     if per_example:
         assert proof.status == "agree", proof
-        assert_same_weights(model, reference, atol=1e-5)
+        same(model.get_weights(), reference.get_weights(), atol=1e-5)
     else:
         assert proof.status == "differ"
         assert "Likely cause: sparse gradients" in proof.sentence
@@ -370,7 +374,7 @@ def test_a_dataset_reading_files_trains_on_two_workers_as_one_device(tmp_path, f
     import json
     import sys
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     script = __import__("pathlib").Path(__file__).parent / "scripts" / "file_dataset.py"
     done = run_cli(
@@ -420,7 +424,7 @@ def test_a_padded_text_dataset_from_a_file_trains_on_two_workers_as_one_device(t
     import json
     import sys
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     script = __import__("pathlib").Path(__file__).parent / "scripts" / "padded_text.py"
     done = run_cli("launch", "--nproc", "2", "--", sys.executable, str(script), str(tmp_path), timeout=600)
@@ -467,6 +471,7 @@ class StopAt(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
+@pytest.mark.heavy
 def test_steps_per_epoch_on_arrays_takes_keras_s_batches_and_resumes(tmp_path, clean_choices):
     """keras-io's callbacks guide fits 1000 rows with batch_size=64, steps_per_epoch=5: Keras
     takes 5 batches an epoch, going on through the rows, an epoch of 1 where a pass ends, then a
@@ -488,7 +493,7 @@ def test_steps_per_epoch_on_arrays_takes_keras_s_batches_and_resumes(tmp_path, c
     ours = model()
     history = tfgpu.fit(ours, x, y, strategy=local_strategy(2), **args)
     assert history.history["loss"] == pytest.approx(expected, rel=1e-5)
-    assert_same_weights(ours, reference)
+    same(ours.get_weights(), reference.get_weights())
     assert int(keras.ops.convert_to_numpy(ours.optimizer.iterations)) == 5 + 5 + 5 + 1 + 5 + 5 + 5 + 1
 
     stopped = model()
@@ -497,4 +502,4 @@ def test_steps_per_epoch_on_arrays_takes_keras_s_batches_and_resumes(tmp_path, c
     assert len(first.history["loss"]) == 3
     resumed = model()
     tfgpu.fit(resumed, x, y, **place, **args)
-    assert_same_weights(resumed, reference)
+    same(resumed.get_weights(), reference.get_weights())

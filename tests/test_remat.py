@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import tfgpu
-from conftest import local_strategy
-from fit_models import linear_data
-from test_fit import in_scope, same_weights
+from fit_models import deep_dense_model, linear_data
+from support.parity import in_scope, same
+from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
 
 
@@ -63,7 +63,7 @@ def test_a_remat_scope_model_trains_to_the_weights_without_remat(scope, replicas
     x, y = data()
     ours = in_scope(local_strategy(replicas), lambda: model(scope))
     tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
-    same_weights(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
+    same(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.heavy
@@ -75,11 +75,12 @@ def test_remat_for_a_model_built_without_it_keeps_the_weights(remat, replicas, p
     x, y = data()
     ours = in_scope(local_strategy(replicas), model)
     tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, remat=remat)
-    same_weights(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
+    same(ours.get_weights(), plain_weights[replicas], rtol=1e-4, atol=1e-5)
     assert not model_cache.uses_remat(ours)  # for the run only
     assert "layers recomputed" in tfgpu.choices.as_dict()["remat"]["reason"]
 
 
+@pytest.mark.model
 def test_the_recomputation_really_happens_in_the_traced_step():
     """The gradient of a rematted layer recomputes its forward ops (a second MatMul in the graph)."""
     import tensorflow as tf
@@ -106,6 +107,7 @@ def test_the_recomputation_really_happens_in_the_traced_step():
     assert count("full") > count(None)
 
 
+@pytest.mark.model
 def test_largest_picks_the_layers_holding_half_the_activations():
     from tfgpu.train import remat as rematerialization
 
@@ -123,6 +125,7 @@ def test_largest_picks_the_layers_holding_half_the_activations():
     assert names == ["wide"]
 
 
+@pytest.mark.model
 def test_bad_remat_is_one_message():
     from tfgpu.train import remat as rematerialization
 
@@ -140,6 +143,7 @@ def test_bad_remat_is_one_message():
         pass
 
 
+@pytest.mark.model
 def test_the_traced_step_is_kept_between_calls():
     """The remat modes are part of what a step was traced against, compared by value: a new
     tuple each call must not drop the traced functions (it did: a retrace every call, 80x slower)."""
@@ -163,7 +167,7 @@ def test_two_replicas_with_batch_normalization_agree_every_time(plain_weights, c
     for scope in (None, "full", None, "full", None):
         ours = in_scope(local_strategy(2), lambda scope=scope: model(scope))
         tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, remat=scope is None)
-        same_weights(ours.get_weights(), plain_weights[2], rtol=1e-4, atol=1e-5)
+        same(ours.get_weights(), plain_weights[2], rtol=1e-4, atol=1e-5)
     assert "remat.kept" not in tfgpu.choices.as_dict()
     assert "6 of 6 layers recomputed" in tfgpu.choices.as_dict()["remat"]["reason"]
 
@@ -180,6 +184,7 @@ class Penalized(keras.layers.Layer):
         return keras.ops.relu(y)
 
 
+@pytest.mark.model
 def test_a_loss_added_inside_call_counts_once_with_remat():
     """A layer's own loss added in its ``call`` reaches the model's loss as without remat: the same
     weights after training (dropped, the weights differ)."""
@@ -195,9 +200,10 @@ def test_a_loss_added_inside_call_counts_once_with_remat():
     plain, ours = in_scope(local_strategy(1), penalized), in_scope(local_strategy(1), penalized)
     tfgpu.fit(plain, x[:32], y[:32], batch_size=16, shuffle=False, verbose=0)
     tfgpu.fit(ours, x[:32], y[:32], batch_size=16, shuffle=False, verbose=0, remat=True)
-    same_weights(ours.get_weights(), plain.get_weights(), rtol=1e-5, atol=1e-6)
+    same(ours.get_weights(), plain.get_weights(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.model
 def test_the_forward_pass_writes_the_statistics_once():
     """A BatchNormalization under remat: its moving mean moves by one update per step, as without."""
     import tensorflow as tf
@@ -222,21 +228,20 @@ def test_the_forward_pass_writes_the_statistics_once():
 
     (mean, grads), (plain_mean, plain_grads) = run("full"), run(None)
     np.testing.assert_allclose(mean, plain_mean, rtol=1e-6)
-    same_weights(grads, plain_grads)
+    same(grads, plain_grads)
 
 
 @pytest.mark.heavy
 def test_a_model_without_state_is_recomputed_on_two_replicas(clean_choices):
     """Dense layers only: recomputed on both replicas (no remat.kept), the weights of the model
     without remat."""
-    from test_split import model as dense_model
 
     x, y = data()
-    plain = in_scope(local_strategy(2), dense_model)
+    plain = in_scope(local_strategy(2), deep_dense_model)
     tfgpu.fit(plain, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
     for _ in range(3):
-        ours = in_scope(local_strategy(2), dense_model)
+        ours = in_scope(local_strategy(2), deep_dense_model)
         tfgpu.fit(ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, remat=True)
-        same_weights(ours.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
+        same(ours.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
     assert "remat.kept" not in tfgpu.choices.as_dict()
     assert "layers recomputed" in tfgpu.choices.as_dict()["remat"]["reason"]

@@ -8,28 +8,9 @@ import numpy as np
 import pytest
 
 import tfgpu
-from fit_models import linear_data
-from test_fit import same_history, same_weights
+from fit_models import deep_dense_model, linear_data
+from support.parity import same
 from tfgpu.errors import ConfigError
-
-
-def data():
-    return linear_data(96)
-
-
-def model():
-    keras.utils.set_random_seed(0)
-    built = keras.Sequential(
-        [
-            keras.Input((8,)),
-            keras.layers.Dense(32, activation="relu"),
-            keras.layers.Dense(32, activation="relu"),
-            keras.layers.Dense(16, activation="tanh"),
-            keras.layers.Dense(1),
-        ]
-    )
-    built.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
-    return built
 
 
 def components(variable):
@@ -39,8 +20,8 @@ def components(variable):
 
 def split_run(devices_per_replica: int) -> dict:
     """tfgpu.fit and tfgpu.predict of the model split over ``devices_per_replica`` devices."""
-    x, y = data()
-    ours = model()
+    x, y = linear_data(96)
+    ours = deep_dense_model()
     history = tfgpu.fit(
         ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, devices_per_replica=devices_per_replica
     )
@@ -59,8 +40,8 @@ def split_run(devices_per_replica: int) -> dict:
 
 @pytest.fixture(scope="module")
 def on_one_device():
-    x, y = data()
-    expected = model()
+    x, y = linear_data(96)
+    expected = deep_dense_model()
     history = expected.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
     return expected, history.history
 
@@ -70,11 +51,11 @@ def test_one_replica_over_three_devices_is_one_device(on_one_device):
     """This test process has 3 logical CPUs: one replica, one layer group on each (4 layers)."""
     expected, history = on_one_device
     result = split_run(3)
-    same_weights(result["weights"], expected.get_weights())
-    same_history(result["history"], history)
+    same(result["weights"], expected.get_weights())
+    same(result["history"], history)
     assert {d[0] for d in result["devices"]} == {"CPU:0", "CPU:1", "CPU:2"}
     np.testing.assert_allclose(
-        result["predicted"], expected.predict(data()[0], verbose=0), rtol=1e-4, atol=1e-5
+        result["predicted"], expected.predict(linear_data(96)[0], verbose=0), rtol=1e-4, atol=1e-5
     )
 
 
@@ -84,12 +65,12 @@ def test_two_replicas_of_two_devices_on_four_cpus_are_one_device(on_one_device):
 
     expected, history = on_one_device
     result = run_on_logical_cpus("test_split:split_run", 4, 2, timeout=300)
-    same_weights(result["weights"], expected.get_weights())
-    same_history(result["history"], history)
+    same(result["weights"], expected.get_weights())
+    same(result["history"], history)
     # each variable mirrored on two replicas, its components on the stage's device of each group
     assert {tuple(d) for d in result["devices"]} == {("CPU:0", "CPU:2"), ("CPU:1", "CPU:3")}
     np.testing.assert_allclose(
-        result["predicted"], expected.predict(data()[0], verbose=0), rtol=1e-4, atol=1e-5
+        result["predicted"], expected.predict(linear_data(96)[0], verbose=0), rtol=1e-4, atol=1e-5
     )
 
 
@@ -101,15 +82,16 @@ def test_stages_balance_the_layers_memory():
     assert split._partition([5, 5, 5], 3) == [(0, 1), (1, 2), (2, 3)]
 
 
+@pytest.mark.model
 def test_bad_splits_are_one_message():
-    x, y = data()
+    x, y = linear_data(96)
     with pytest.raises(ConfigError, match="must divide this process's 3 devices") as caught:
-        tfgpu.fit(model(), x, y, devices_per_replica=2)
+        tfgpu.fit(deep_dense_model(), x, y, devices_per_replica=2)
     assert "[1, 3]" in caught.value.fix
     with pytest.raises(ConfigError, match="at least 1"):
-        tfgpu.fit(model(), x, y, devices_per_replica=0)
+        tfgpu.fit(deep_dense_model(), x, y, devices_per_replica=0)
     with pytest.raises(ConfigError, match="micro_batches"):
-        tfgpu.fit(model(), x, y, devices_per_replica=3, micro_batches=0)
+        tfgpu.fit(deep_dense_model(), x, y, devices_per_replica=3, micro_batches=0)
 
     class Own(keras.Model):
         def __init__(self):
@@ -126,17 +108,19 @@ def test_bad_splits_are_one_message():
         tfgpu.fit(own, x, y, devices_per_replica=3)
 
 
+@pytest.mark.model
 def test_a_split_under_several_workers_is_refused(monkeypatch):
     import json
 
     config = {"cluster": {"worker": ["localhost:1", "localhost:2"]}, "task": {"type": "worker", "index": 0}}
     monkeypatch.setenv("TF_CONFIG", json.dumps(config))
-    x, y = data()
+    x, y = linear_data(96)
     with pytest.raises(ConfigError, match="one worker's devices") as caught:
-        tfgpu.fit(model(), x, y, devices_per_replica=3)
+        tfgpu.fit(deep_dense_model(), x, y, devices_per_replica=3)
     assert caught.value.value == "2 tasks in TF_CONFIG" and "--gpus-per-proc" in caught.value.fix
 
 
+@pytest.mark.model
 def test_remat_of_a_split_layer_recomputes_a_pure_function_of_its_weights():
     """A split wraps each layer's call to place it; remat still finds the layer behind the
     wrapper, so its recomputation takes the weights read before the forward pass (a layer missed
@@ -144,15 +128,15 @@ def test_remat_of_a_split_layer_recomputes_a_pure_function_of_its_weights():
     load, a split over 3 devices trained to weights 2e-3 off one device's)."""
     from tfgpu.train import remat, split
 
-    placed = split.placed(model(), devices_per_replica=3, batch=16)[1]
+    placed = split.placed(deep_dense_model(), devices_per_replica=3, batch=16)[1]
     for layer in placed.layers:
         assert getattr(layer.call, "__self__", None) is None  # the split's wrapper
         assert remat.owner_of(layer.call) is layer
     assert remat.owner_of(keras.activations.relu) is None
 
 
-@pytest.mark.process
 @pytest.mark.heavy
+@pytest.mark.process
 def test_tfgpu_train_with_remat_over_two_devices_per_replica_is_one_device(tmp_path):
     """``tfgpu train --remat --devices-per-replica 2`` on 2 logical CPUs (one replica, its layers
     split over both and recomputed in the backward pass) trains as one device does: the same
@@ -160,7 +144,7 @@ def test_tfgpu_train_with_remat_over_two_devices_per_replica_is_one_device(tmp_p
     import json
     from pathlib import Path
 
-    from conftest import run_cli
+    from support.processes import run_cli
 
     tasks = str(Path(__file__).parent / "tasks.py")
     runs = {}

@@ -16,7 +16,9 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import local_strategy, run_cli
+from support.parity import same
+from support.processes import run_cli
+from support.replicas import local_strategy
 from tasks import GLOBAL, make_task, model
 from tfgpu import data
 from tfgpu.errors import ConfigError
@@ -43,19 +45,15 @@ def single():
     return {"weights": trainer.model.get_weights(), "eval": trainer.evaluate(), "result": result}
 
 
-def assert_same_weights(a, b, rtol=1e-5, atol=1e-6):
-    for left, right in zip(a, b, strict=True):
-        assert np.all(np.isfinite(left))
-        np.testing.assert_allclose(left, right, rtol=rtol, atol=atol)
-
-
+@pytest.mark.heavy
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_replicas_match_one_device(single, replicas):
     trainer, result = train(replicas)
     assert result.global_batch == GLOBAL and result.replicas == replicas and result.steps == STEPS
-    assert_same_weights(trainer.model.get_weights(), single["weights"])
+    same(trainer.model.get_weights(), single["weights"])
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("compiled", [False, True])
 def test_a_task_s_model_made_outside_any_scope_is_placed_as_fit_places_it(single, compiled):
     """Issue 67: the Trainer places its Task's model by ``placement.place``, the rule of
@@ -78,7 +76,7 @@ def test_a_task_s_model_made_outside_any_scope_is_placed_as_fit_places_it(single
     trainer = tfgpu.Trainer(task, strategy=strategy(2), monitor_gpus=False)
     trainer.fit(steps=STEPS)
     assert trainer.strategy.num_replicas_in_sync == 2
-    assert_same_weights(trainer.model.get_weights(), single["weights"])
+    same(trainer.model.get_weights(), single["weights"])
 
 
 @pytest.mark.slow
@@ -87,12 +85,13 @@ def test_two_workers_match_one_device(single):
         "bodies:train_weights_on_workers", workers=2, args=(GLOBAL // 2, STEPS), timeout=300
     )
     for result in results.values():
-        assert_same_weights(result["weights"], single["weights"])
+        same(result["weights"], single["weights"])
         assert result["eval"]["examples"] == 1001
         assert result["eval"]["accuracy"] == pytest.approx(single["eval"]["accuracy"], abs=1e-6)
         assert result["eval"]["loss"] == pytest.approx(single["eval"]["loss"], rel=1e-5)
 
 
+@pytest.mark.model
 @pytest.mark.parametrize("replicas", [2, 3])
 def test_exact_evaluation_on_1001_examples(single, replicas):
     trainer = tfgpu.Trainer(make_task(GLOBAL // replicas), strategy=strategy(replicas), monitor_gpus=False)
@@ -103,6 +102,7 @@ def test_exact_evaluation_on_1001_examples(single, replicas):
     assert metrics["loss"] == pytest.approx(single["eval"]["loss"], rel=1e-5)
 
 
+@pytest.mark.model
 def test_evaluation_from_a_tfgpu_dataset(single, tmp_path):
     from tasks import arrays
 
@@ -122,13 +122,14 @@ def test_evaluation_from_a_tfgpu_dataset(single, tmp_path):
 @pytest.mark.heavy
 def test_steps_per_execution_and_xla_give_the_same_weights(single):
     trainer, _result = train(2, steps_per_execution=4)
-    assert_same_weights(trainer.model.get_weights(), single["weights"])
+    same(trainer.model.get_weights(), single["weights"])
     trainer, _ = train(1, jit_compile=True)
-    assert_same_weights(trainer.model.get_weights(), single["weights"], rtol=1e-4, atol=1e-5)
+    same(trainer.model.get_weights(), single["weights"], rtol=1e-4, atol=1e-5)
     with pytest.raises(ConfigError, match="XLA cannot compile a step replicated over logical CPU devices"):
         train(2, jit_compile=True)
 
 
+@pytest.mark.model
 def test_measures_and_reports_like_diagnose(single):
     result = single["result"]
     data_ = result.to_dict()
@@ -143,6 +144,7 @@ def test_measures_and_reports_like_diagnose(single):
     assert all(0.0 <= p["input_wait"] <= 1.0 for p in result.timeline)
 
 
+@pytest.mark.heavy
 def test_epochs_history_and_tensorboard(tmp_path):
     trainer = tfgpu.Trainer(
         make_task(12), strategy=strategy(2), monitor_gpus=False, log_dir=str(tmp_path / "tb")
@@ -156,6 +158,7 @@ def test_epochs_history_and_tensorboard(tmp_path):
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.model
 def test_mixed_precision_fp16_uses_loss_scaling(clean_choices):
     import keras
 
@@ -172,6 +175,7 @@ def test_mixed_precision_fp16_uses_loss_scaling(clean_choices):
         keras.mixed_precision.set_dtype_policy("float32")
 
 
+@pytest.mark.heavy
 def test_checkpoints_kept_and_resumed(tmp_path, single):
     directory = str(tmp_path / "ck")
     first = tfgpu.Trainer(
@@ -188,9 +192,10 @@ def test_checkpoints_kept_and_resumed(tmp_path, single):
     resumed = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=directory)
     assert resumed.resumed_from.endswith("ckpt-7") and resumed.loop.counters.step == 7
     resumed.fit(steps=STEPS)
-    assert_same_weights(resumed.model.get_weights(), single["weights"])
+    same(resumed.model.get_weights(), single["weights"])
 
 
+@pytest.mark.heavy
 def test_a_run_resumed_on_other_replicas_goes_on_as_one_device_and_says_so(tmp_path, single, caplog):
     """Checkpoints of 2 replicas resumed on 3 (an elastic group that grew, a relaunch on other
     machines): the same global batches, so one device's weights, and the resume line says so."""
@@ -208,9 +213,10 @@ def test_a_run_resumed_on_other_replicas_goes_on_as_one_device_and_says_so(tmp_p
     assert said and said[0].endswith("at step 5 (saved on 2 replicas, now 3), the same global batches")
     assert not [r for r in caplog.records if r.levelname == "WARNING" and r.name.startswith("tfgpu")]
     resumed.fit(steps=STEPS)
-    assert_same_weights(resumed.model.get_weights(), single["weights"])
+    same(resumed.model.get_weights(), single["weights"])
 
 
+@pytest.mark.model
 def test_a_run_resumed_with_another_global_batch_is_warned_that_it_is_another_run(tmp_path, caplog):
     directory = str(tmp_path / "ck")
     tfgpu.Trainer(make_task(12), strategy=strategy(1), monitor_gpus=False, checkpoint_dir=directory).fit(
@@ -227,6 +233,7 @@ def test_a_run_resumed_with_another_global_batch_is_warned_that_it_is_another_ru
     assert "pass the same batch_size" in warned[0]
 
 
+@pytest.mark.model
 def test_out_of_memory_names_the_batch_size(monkeypatch):
     trainer = tfgpu.Trainer(make_task(12), strategy=strategy(2), monitor_gpus=False)
 
@@ -242,6 +249,7 @@ def test_out_of_memory_names_the_batch_size(monkeypatch):
     assert "find_batch_size" in info.value.message
 
 
+@pytest.mark.model
 def test_find_batch_size_search():
     calls = []
 
@@ -256,6 +264,7 @@ def test_find_batch_size_search():
     assert tfgpu.find_batch_size(make_task(), strategy=strategy(1), limit=32) == 32  # real steps on CPU
 
 
+@pytest.mark.model
 def test_bad_training_options():
     with pytest.raises(ConfigError, match="exactly one of epochs or steps"):
         tfgpu.Trainer(make_task(), strategy=strategy(1), monitor_gpus=False).fit()
@@ -348,7 +357,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
         tf.train.Checkpoint(model=restored).restore(tf.train.latest_checkpoint(str(path))).expect_partial()
         return restored.get_weights()
 
-    assert_same_weights(final(directory), final(tmp_path / "ref"), rtol=1e-6, atol=1e-7)
+    same(final(directory), final(tmp_path / "ref"), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.slow
@@ -363,12 +372,14 @@ def test_parameter_server_training_lowers_the_loss():
 # -- the in-graph loop (issue 16) ---------------------------------------------------------------
 
 
+@pytest.mark.model
 def test_default_strategy_is_accepted(single):
     trainer = tfgpu.Trainer(make_task(GLOBAL), strategy=tf.distribute.get_strategy(), monitor_gpus=False)
     trainer.fit(steps=STEPS)
-    assert_same_weights(trainer.model.get_weights(), single["weights"])
+    same(trainer.model.get_weights(), single["weights"])
 
 
+@pytest.mark.heavy
 def test_data_function_is_built_once_unless_it_takes_the_epoch():
     from tasks import global_batches
 
@@ -408,7 +419,7 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
             _array_task(GLOBAL // replicas), strategy=strategy(replicas), monitor_gpus=False
         )
         trainer.fit(epochs=2)
-        assert_same_weights(trainer.model.get_weights(), reference.model.get_weights())
+        same(trainer.model.get_weights(), reference.model.get_weights())
         assert trainer.evaluate()["examples"] == 1001
     # stopped mid-epoch and continued: the same iterator goes on, the same run
     split = tfgpu.Trainer(_array_task(GLOBAL), strategy=strategy(1), monitor_gpus=False)
@@ -416,7 +427,7 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
     live = split.setup.train._live[0]
     split.fit(steps=2 * steps)
     assert split.setup.train._live[0] is live
-    assert_same_weights(split.model.get_weights(), reference.model.get_weights())
+    same(split.model.get_weights(), reference.model.get_weights())
     # killed after epoch 1 and resumed: the epoch-seeded order makes it the same run
     first = tfgpu.Trainer(
         _array_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=str(tmp_path)
@@ -426,7 +437,7 @@ def test_arrays_in_memory_match_across_replicas_and_resume(tmp_path):
         _array_task(12), strategy=strategy(2), monitor_gpus=False, checkpoint_dir=str(tmp_path)
     )
     resumed.fit(epochs=2)
-    assert_same_weights(resumed.model.get_weights(), reference.model.get_weights())
+    same(resumed.model.get_weights(), reference.model.get_weights())
 
 
 @pytest.mark.slow
@@ -435,7 +446,7 @@ def test_arrays_on_two_workers_match_one_device():
     reference.fit(epochs=2)
     results = run_cluster("bodies:train_arrays_on_workers", workers=2, args=(GLOBAL // 2, 2), timeout=300)
     for result in results.values():
-        assert_same_weights(result["weights"], reference.model.get_weights())
+        same(result["weights"], reference.model.get_weights())
         assert result["examples"] == 1001
 
 
@@ -463,6 +474,7 @@ def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
     assert first_labels(kept, 0) == first_labels(kept, 1) == shuffled.train_data[1][:100].tolist()
 
 
+@pytest.mark.model
 def test_bad_arrays_and_options():
     from tasks import arrays
 
@@ -512,12 +524,13 @@ def test_a_trainer_takes_remat_and_a_split_as_keywords():
     split = tfgpu.Trainer(make_task(GLOBAL), monitor_gpus=False, remat=True, devices_per_replica=3)
     assert split.replicas == 1 and split.model is not one.model
     split.fit(epochs=1)
-    assert_same_weights(split.model.get_weights(), one.model.get_weights())
+    same(split.model.get_weights(), one.model.get_weights())
     assert tfgpu.choices.as_dict()["remat"]["value"] == "full"
     with pytest.raises(ConfigError, match="chooses the strategy"):
         tfgpu.Trainer(make_task(GLOBAL), strategy=strategy(1), devices_per_replica=3)
 
 
+@pytest.mark.model
 def test_non_finite_loss_is_named_with_its_step():
     from tasks import arrays
 
@@ -542,6 +555,7 @@ def test_input_wait_is_measured_inside_the_graph():
     assert all(p["input_wait"] > 0.5 for p in result.timeline[1:])  # the first one traced the step
 
 
+@pytest.mark.heavy
 def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single, monkeypatch):
     """A GPU replica gets batches fetched to its device: the path runs here by calling CPU:0 a device."""
     from tfgpu import distribute
@@ -551,7 +565,7 @@ def test_one_replica_off_the_host_reads_through_the_distributed_iterator(single,
         trainer = tfgpu.Trainer(make_task(GLOBAL), strategy=chosen, monitor_gpus=False)
         assert not trainer.setup.direct
         trainer.fit(steps=STEPS)
-        assert_same_weights(trainer.model.get_weights(), single["weights"])
+        same(trainer.model.get_weights(), single["weights"])
         assert trainer.evaluate()["examples"] == 1001
 
 
@@ -594,6 +608,7 @@ def test_cli_bad_input_is_one_message(tmp_path):
             assert needle in result.stderr, (name, flags, needle, result.stderr[-1500:])
 
 
+@pytest.mark.model
 def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
     """NVML's sampler thread starts only where a replica may run on a GPU: not here, even asked."""
     from tfgpu.train import windows
@@ -606,6 +621,7 @@ def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
     assert result.gpu_utilization == []
 
 
+@pytest.mark.model
 def test_one_execution_is_traced_its_first_call_is_warm_up_and_every_window_is_measured():
     """Issue 65: the run traces one training execution; its first call (tracing) is warm-up,
     left out of the steady state, and every window times the input wait (no lean variant)."""

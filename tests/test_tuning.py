@@ -20,12 +20,15 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
-from conftest import local_strategy
 from fit_models import linear_data
-from test_fit import in_scope, same_weights
+from support.parity import in_scope, same
+from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
 from tfgpu.train import tuning
 from tfgpu.train.tuning import Config, TuneOptions, Tuner
+
+TASKS = str(Path(__file__).parent / "tasks.py")  # tfgpu train's task modules
+INPUTS = str(Path(__file__).parent / "diagnose_inputs.py")  # tfgpu diagnose's input functions
 
 
 class FakeBench:
@@ -378,7 +381,7 @@ def test_a_tuned_run_trains_as_the_untuned_run_and_its_callbacks_see_no_trial(tm
     seen = Seen()
     # a budget that a slow first trace cannot spend before any trial (a loaded process took 13 s)
     plain, tuned, history = untuned_and_tuned(1, True, data(), callbacks=[seen], budget_s=60)
-    same_weights(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
+    same(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
     assert history.epoch == [0, 1] and len(history.history["loss"]) == 2
     batches = [e for e in seen.events if isinstance(e, int)]
     assert seen.events[:2] == ["train", "epoch 0"] and seen.events.count("train") == 1
@@ -415,6 +418,7 @@ def test_the_choice_is_kept_reused_and_tuned_again_when_the_model_changes(tmp_pa
     assert any("re-tuned: model changed" in n for n in changed.train_result.tuning.notes)
 
 
+@pytest.mark.model
 def test_bad_tuning_is_one_message():
     x, y = data()
     for tune, budget, match in (
@@ -495,8 +499,7 @@ def test_a_dispatch_bound_model_gets_more_steps_per_call(tmp_path, monkeypatch):
 def test_tfgpu_train_tune(tmp_path):
     """tfgpu train --tune: the tuning in the JSON summary and kept in --log-dir; the next run
     reuses it; a bad knob is one message, exit 2."""
-    from conftest import run_cli
-    from test_train import TASKS
+    from support.processes import run_cli
 
     def train(*extra):
         return run_cli(
@@ -550,7 +553,7 @@ def test_a_saved_tuning_is_trained_with_without_measuring(tmp_path):
     assert ours.options.steps_per_execution == 8 and ours.options.tune is None
     result = ours.fit(epochs=2)
     by_hand.fit(epochs=2)
-    same_weights(ours.model.get_weights(), by_hand.model.get_weights(), rtol=1e-6, atol=1e-7)
+    same(ours.model.get_weights(), by_hand.model.get_weights(), rtol=1e-6, atol=1e-7)
     assert result.tuning.reused == path and result.tuning.trials == []
     assert any("measured for another run: model differ" in n for n in result.tuning.notes)
     assert "from " + path in tfgpu.choices.as_dict()["tuning"]["reason"]
@@ -582,6 +585,7 @@ def test_a_bad_saved_tuning_is_one_message(tmp_path):
         TrainOptions(tuning_file=good, tune=True)
 
 
+@pytest.mark.model
 def test_a_saved_choice_this_run_cannot_take_is_left_out_and_said(tmp_path):
     """A tuning measured on a 2-GPU machine (bf16, batch 64, all 2 devices kept) used on this
     CPU with batched data: its steps per call are used; bf16 (no Tensor Cores) and the batch
@@ -609,6 +613,7 @@ def test_a_saved_choice_this_run_cannot_take_is_left_out_and_said(tmp_path):
     assert tuning.config_of(tuning.Tuning(0.0, {"devices": 1}, {}), default).devices == 1
 
 
+@pytest.mark.heavy
 def test_a_mixed_precision_copy_keeps_its_outputs_and_lookups_and_the_optimizer_state():
     """copy_in(policy=): the hidden layers compute in the policy, the output layer in float32
     and an integer lookup as built (Keras's mixed precision guide); a mixed_float16 copy's
@@ -656,6 +661,7 @@ class Opaque(keras.Model):
         return self.out(x * self.scale.value)
 
 
+@pytest.mark.model
 def test_a_subclassed_model_is_not_copied_said():
     """Keras re-creates a subclassed model only from its config, which may leave out its state:
     tuning's copies (one device, mixed precision) refuse it with one message."""
@@ -694,8 +700,7 @@ def test_a_model_keras_cannot_copy_trains_on_all_its_devices_said(tmp_path, monk
 def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
     """tfgpu tune: a table of trials and the summary, the choice written to --out; tfgpu train
     --config trains with it without measuring; a re-run replaces the file; bad input exit 2."""
-    from conftest import run_cli
-    from test_train import TASKS
+    from support.processes import run_cli
 
     env = {"TFGPU_LOGICAL_CPUS": "1"}
     out = tmp_path / "tuned.json"
@@ -730,7 +735,6 @@ def test_tfgpu_tune_writes_what_tfgpu_train_config_trains_with(tmp_path):
     assert summary["choices"]["steps_per_execution"]["value"] == str(
         json.loads(out.read_text())["choices"]["steps_per_execution"]
     )
-    from test_diagnose import INPUTS
 
     pair = run_cli(
         "tune",
@@ -894,7 +898,7 @@ def test_a_run_switched_to_one_device_trains_as_the_replicas_would(tmp_path, mon
         )
     found = history.train_result.tuning
     assert found.choices == {"devices": 1} and history.train_result.replicas == 1
-    same_weights(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
+    same(tuned.get_weights(), plain.get_weights(), rtol=1e-4, atol=1e-5)
     assert max(e for e in seen.events if isinstance(e, int)) == 31 and history.epoch == [1, 2]
     assert tfgpu.choices.as_dict()["devices"]["value"] == "1"
 
@@ -913,7 +917,7 @@ def test_a_run_switched_to_mixed_precision_trains_a_copy_in_that_policy(tmp_path
         plain, tuned, history = untuned_and_tuned(1, ("precision",), noisy_data())
     assert history.train_result.tuning.choices == {"precision": "mixed_bfloat16"}
     assert tuned.dtype_policy.name == "float32"  # the user's model, given the copy's weights
-    same_weights(tuned.get_weights(), plain.get_weights(), rtol=0.1, atol=0.05)
+    same(tuned.get_weights(), plain.get_weights(), rtol=0.1, atol=0.05)
     assert not np.allclose(tuned.get_weights()[0], in_scope(local_strategy(1), model).get_weights()[0])
 
 
@@ -971,8 +975,7 @@ def test_batch_size_auto_doubles_a_dispatch_bound_batch(tmp_path, monkeypatch, c
 def test_tfgpu_tune_precision_and_an_auto_batch(tmp_path):
     """tfgpu tune --knobs precision --batch-size auto: mixed precision on a CPU is not tried (said
     why), the batch chosen is written, and tfgpu train --config trains in it."""
-    from conftest import run_cli
-    from test_train import TASKS
+    from support.processes import run_cli
 
     env = {"TFGPU_LOGICAL_CPUS": "1"}
     out = tmp_path / "all.json"
@@ -1034,6 +1037,7 @@ def test_the_budget_is_never_more_than_a_share_of_the_run():
     assert tuning.budget(TuneOptions(budget_s=30.0), estimated_run_s=1.0) == 30.0
 
 
+@pytest.mark.heavy
 def test_a_tuning_s_variants_share_the_run_s_converted_arrays(tmp_path, monkeypatch):
     """Issue 67 item 3: a trial varies the run (its batch, its model's copy, its compiled step),
     it does not convert the training arrays again: batch_size='auto' tries 64, 128, ... in

@@ -23,8 +23,8 @@ import pytest
 import tensorflow as tf
 
 import guides
-from conftest import local_strategy
-from test_guides import KERAS, KerasUnder, same_runs, tfgpu_with
+from support.parity import KERAS, KerasUnder, same, tfgpu_with
+from support.replicas import local_strategy
 
 # every tutorial trains real models for seconds: make test runs them, make test-fast does not
 pytestmark = pytest.mark.heavy
@@ -258,7 +258,7 @@ def test_tf_time_series_tutorial():
 
     expected = tutorial(KERAS)
     assert set(expected["performance"]) == {"Baseline", "Linear", "LSTM"}
-    same_runs(tutorial(tfgpu_with(local_strategy(2))), expected)
+    same(tutorial(tfgpu_with(local_strategy(2))), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/keras/text_classification.ipynb ----------------------------
@@ -362,7 +362,7 @@ def test_tf_text_classification_tutorial():
     expected = tutorial(KerasUnder(strategy), KERAS)
     assert expected["predicted"].shape == (3, 1)
     ours = tutorial(tfgpu_with(strategy), tfgpu_with(strategy))
-    same_runs(ours, expected)
+    same(ours, expected)
 
 
 # -- tensorflow/docs site/en/tutorials/load_data/csv.ipynb -----------------------------------------
@@ -500,7 +500,7 @@ def test_tf_load_csv_tutorial(tmp_path, monkeypatch):
         return runs
 
     expected = tutorial(KERAS, tmp_path / "keras")
-    same_runs(tutorial(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
+    same(tutorial(tfgpu_with(local_strategy(2)), tmp_path / "tfgpu"), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/images/cnn.ipynb --------------------------------------------
@@ -557,7 +557,7 @@ def test_tf_cnn_tutorial():
 
     expected = tutorial(KERAS)
     assert set(expected["history"]) == {"accuracy", "loss", "val_accuracy", "val_loss"}
-    same_runs(tutorial(tfgpu_with(local_strategy(2))), expected)
+    same(tutorial(tfgpu_with(local_strategy(2))), expected)
 
 
 # -- tensorflow/docs site/en/tutorials/structured_data/imbalanced_data.ipynb -----------------------
@@ -701,4 +701,4 @@ def test_tf_imbalanced_data_tutorial(tmp_path, monkeypatch):
         return runs
 
     expected = tutorial(KerasUnder(strategy), tmp_path / "keras")
-    same_runs(tutorial(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)
+    same(tutorial(tfgpu_with(strategy), tmp_path / "tfgpu"), expected)

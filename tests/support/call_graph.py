@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "src" / "tfgpu"
+from support.source import PACKAGE, module_name
 
 
 @dataclass
@@ -32,14 +32,9 @@ class Module:
 Node = tuple[str, str]  # (module, "function" or "Class.method")
 
 
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _read(path: Path, known: set[str]) -> Module:
     tree = ast.parse(path.read_text())
-    module = Module(_module_name(path), tree)
+    module = Module(module_name(path), tree)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             module.functions[node.name] = node
@@ -70,7 +65,7 @@ class CallGraph:
         paths = sorted(root.rglob("*.py"))
         if not paths:
             raise ValueError(f"{package} names no module of the package (looked in {root})")
-        known = {_module_name(p) for p in PACKAGE.rglob("*.py")}
+        known = {module_name(p) for p in PACKAGE.rglob("*.py")}
         self.modules = {m.name: m for m in (_read(p, known) for p in paths)}
         self.methods: dict[str, list[Node]] = {}
         for module in self.modules.values():

@@ -1,0 +1,104 @@
+"""The suite's own shape (issue 77), read from the files: every test file has a measured duration
+(so CI schedules it by what it took, not as an unknown), no test file imports another test file
+(what tests share lives in ``tests/support/``), one comparator of a run against Keras's, and the
+lanes' selections as the Makefile writes them."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from support.parity import same
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+TEST_FILES = sorted(TESTS.glob("test_*.py"))
+
+
+def test_every_test_file_has_a_measured_duration():
+    known = json.loads((ROOT / ".ci" / "durations.json").read_text())
+    files = {f"tests/{path.name}" for path in TEST_FILES}
+    assert sorted(files - set(known)) == [], "run .ci/test_main.py --write-durations"
+    assert sorted(name for name in set(known) - files if name.startswith("tests/")) == []
+
+
+def _imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_no_test_file_imports_another_test_file_or_conftest():
+    found = {
+        path.name: sorted(name for name in _imported(path) if name.startswith("test_") or name == "conftest")
+        for path in [*TEST_FILES, *TESTS.glob("*.py"), *(TESTS / "scripts").glob("*.py")]
+    }
+    assert {name: imported for name, imported in found.items() if imported} == {}
+
+
+def test_the_import_check_sees_an_import_of_a_test_file(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text("def f():\n    from test_fit import same\n")
+    assert "test_fit" in _imported(path)
+
+
+COMPARATOR = re.compile(r"^\s*def (same\w*|assert_same\w*|_same\w*)\(", re.M)
+
+
+def test_one_comparator_of_a_run_against_keras():
+    defined = {
+        path.relative_to(TESTS).as_posix(): COMPARATOR.findall(path.read_text())
+        for path in TESTS.rglob("*.py")
+        if path.name != "test_lanes.py"
+    }
+    assert {name: found for name, found in defined.items() if found} == {"support/parity.py": ["same"]}
+
+
+@pytest.mark.parametrize(
+    ("ours", "keras_", "differs"),
+    [
+        ({"loss": [1.0, 0.5]}, {"loss": [1.0, 0.5000001]}, []),
+        ({"loss": [1.0, 0.5]}, {"loss": [1.0, 0.6]}, ["loss"]),
+        ({"loss": [1.0]}, {"loss": [1.0], "mae": [2.0]}, ["value: keys"]),
+        ([[1.0, 2.0], 3.0], [[1.0, 2.0], 3.0], []),
+        ([float("nan")], [float("nan")], ["value"]),
+        ({"a": 1.0, "b": "x"}, {"a": 2.0, "b": "y"}, ["a", "b"]),
+        ([1.0, 2.0], [1.0], ["value"]),
+        (None, None, []),
+    ],
+)
+def test_the_comparator_says_every_place_that_differs(ours, keras_, differs):
+    if not differs:
+        same(ours, keras_)
+        return
+    with pytest.raises(AssertionError) as caught:
+        same(ours, keras_)
+    said = str(caught.value)
+    assert all(place in said for place in differs), said
+
+
+def test_the_comparator_compares_only_the_keys_asked_for():
+    same({"history": {"loss": [1.0]}, "extra": 1}, {"history": {"loss": [1.0]}, "extra": 2}, keys=["history"])
+    with pytest.raises(AssertionError, match="missing from ours"):
+        same({"history": {}}, {"weights": []}, keys=["weights"])
+
+
+def _makefile_selection(target: str) -> str:
+    text = (ROOT / "Makefile").read_text()
+    fast = re.search(r"^FAST := (.+)$", text, re.M).group(1)
+    recipe = re.search(rf"^{target}:.*\n((?:\t.*\n)+)", text, re.M).group(1)
+    return re.search(r'-m "([^"]+)"', recipe).group(1).replace("$(FAST)", fast)
+
+
+def test_the_lanes_leave_out_what_their_markers_say():
+    assert _makefile_selection("test-fast") == "not process and not timing and not heavy"
+    assert _makefile_selection("test-unit") == "not process and not timing and not heavy and not model"
+    assert _makefile_selection("test-floor") == _makefile_selection("test-fast")
