@@ -1,6 +1,6 @@
 """Where tfgpu's training step spends its time beyond the model's own step (issue 54, item 1).
 
-Times tfgpu's compiled execution (``train.execution.train_execution``, the function the loop
+Times tfgpu's compiled execution (``train.step.execution.train_execution``, the function the loop
 calls) with each per-step extra switched off (``execution.Extras``), one at a time and all
 together, against the bare in-graph loop, in one process on one device, interleaved rounds:
 
@@ -19,7 +19,7 @@ together, against the bare in-graph loop, in one process on one device, interlea
 - ``... no wait``: without the input-wait timestamps and their control dependencies on the
   step's stateful ops and state; ``no finite``, ``no rows``, ``no step_logs``, ``no sharing``,
   ``fetch at top``: the other extras (``execution.Extras``); ``none``: all of them off;
-- ``... not stoppable``: without the stop cap the condition reads each step (``train.stopping``);
+- ``... not stoppable``: without the stop cap the condition reads each step (``train.pieces.stopping``);
 - ``... stop on device``: the loop's condition as it was before (a bool op a GPU computes and
   the loop copies back each step; ``execution.in_graph_loop``'s ``host_stop``);
 - ``tfgpu.fit arrays`` / ``tfgpu.fit tf.data``: the whole fit (its Python, its windows and its
@@ -54,7 +54,8 @@ from gpu_bench import EPOCHS, bench_models, with_busy
 
 import tfgpu
 from tfgpu import distribute
-from tfgpu.train import building, execution
+from tfgpu.train.model import building
+from tfgpu.train.step import execution
 
 OFF = {
     "no wait": {"wait": False},

@@ -1,7 +1,7 @@
 """What scaling each replica's loss by its share of the rows costs a step (issue 43, item 7).
 
 tfgpu's step on several replicas scales each replica's mean losses by r_i / r (its rows over the
-step's) instead of Keras's 1 / replicas (``tfgpu/train/losses.py``). Where the static shapes show
+step's) instead of Keras's 1 / replicas (``tfgpu/train/pieces/losses.py``). Where the static shapes show
 an even split nothing is added; where they are static and uneven the share is a constant; where
 the batch dimension is unknown (a ``Dataset.batch(B)`` without ``drop_remainder``, the common
 case) each replica adds a few scalar ops a step on one worker. This measures those where they
@@ -40,7 +40,7 @@ def one_process(rounds: int, *, cpu: int | None = None) -> dict[str, Any]:
     import tensorflow as tf
     from _common import interleaved_rates
 
-    from tfgpu.train import losses
+    from tfgpu.train.pieces import losses
 
     strategy = tf.distribute.MirroredStrategy(
         [f"/cpu:{i}" for i in range(REPLICAS)], cross_device_ops=tf.distribute.ReductionToOneDevice()

@@ -1,7 +1,7 @@
 """What the stop's agreement costs a run that is never stopped, under several workers (issue 76).
 
 Under MultiWorkerMirroredStrategy every training call ends with one scalar all-reduce of the
-workers' "asked to stop" flags (``train.stopping.agreed``), so a signal to any worker stops all of
+workers' "asked to stop" flags (``train.pieces.stopping.agreed``), so a signal to any worker stops all of
 them after the same call. This times tfgpu's training execution with it (``Extras.stoppable``,
 what ``tfgpu.fit`` runs, agreeing about once a second (``stopping.EVERY_S``)) and without it, in the
 same two worker processes, interleaved rounds of CALLS calls of K steps each on arrays (the
@@ -35,7 +35,9 @@ def worker(ks: list[int], rounds: int, *, every_call: bool) -> None:
     import tensorflow as tf
 
     import tfgpu
-    from tfgpu.train import building, execution, stopping
+    from tfgpu.train.model import building
+    from tfgpu.train.pieces import stopping
+    from tfgpu.train.step import execution
 
     if every_call:
         stopping.EVERY_S = 0.0  # the chief proposes a period of one step

@@ -6,7 +6,7 @@ For each, in one process:
 
 - the grid: every configuration of the tuner's knobs (steps per call 1, 4, 16, 64, 100, 256 x input
   as given / tuned x XLA off / on), each timed three times (the median) over the same number of steps through the
-  Trainer's execution (``train.execution``, what the tuner itself uses); its best, and the seconds
+  Trainer's execution (``train.step.execution``, what the tuner itself uses); its best, and the seconds
   the grid took;
 - the tuner: ``tfgpu.fit(..., tune=True)`` from a fresh cache, its choice, and the seconds it took;
 - then the default (tfgpu's own: one call per log window) and the tuned choice timed side by side
@@ -133,7 +133,7 @@ def trainer_for(model: Any, data: Any, batch: int | None) -> Any:
         batch_size=batch or 1,
         shuffle=False,
     )
-    from tfgpu.train import placement
+    from tfgpu.train.model import placement
 
     return Trainer(task, placed=placement.place(model), monitor_gpus=False)
 
@@ -143,7 +143,8 @@ def grid(model: Any, data: Any, batch: int | None, *, examples: int) -> tuple[di
     examples/s over a's (two labels of the grid) in the tuner's own paired, interleaved rounds,
     the median: the grid's best read from single timings is the largest of 24 noisy figures,
     which flatters it; paired against the tuned choice it is measured as the tuner measures."""
-    from tfgpu.train import execution, tuning
+    from tfgpu.train import tuning
+    from tfgpu.train.step import execution
     from tfgpu.train.tuning.session import Session
 
     trainer = trainer_for(model, data, batch)

@@ -35,7 +35,8 @@ def child(cpu: int) -> dict:
     import numpy as np
 
     import tfgpu
-    from tfgpu.train import execution, tuning
+    from tfgpu.train import tuning
+    from tfgpu.train.step import execution
     from tfgpu.train.tuning.session import Session
 
     rng = np.random.default_rng(0)

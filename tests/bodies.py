@@ -284,7 +284,7 @@ def fit_as_written_on_workers() -> dict[str, Any]:
 
     import tfgpu
     from fit_models import binary_data, binary_model
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     x, y = binary_data(101)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(24)
@@ -450,7 +450,8 @@ def rows_each_worker_reads(shuffled: bool) -> list[list[int]]:
     import tensorflow as tf
 
     import tfgpu
-    from tfgpu.train import adapters, inputs
+    from tfgpu.train.inputs import adapters
+    from tfgpu.train.inputs import readers as inputs
 
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     rows = tf.data.Dataset.range(64)
@@ -549,7 +550,7 @@ def predict_and_evaluate_from_no_scope() -> dict[str, Any]:
     import numpy as np
 
     import tfgpu
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     def owner(model: Any) -> Any:  # the strategy tfgpu ran it under (it is one-device again after)
         return model_cache.moved_to(model)

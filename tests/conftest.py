@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 
+import numpy.testing  # noqa: F401  NumPy 1.26 runs lscpu when first imported: here, not in a test
 import pytest
 
 from support import processes, replicas

@@ -30,7 +30,7 @@ def test_accumulation_on_replicas_is_keras_on_one_device(replicas, optimizer):
 
 
 def test_what_cannot_accumulate_across_replicas_is_said():
-    from tfgpu.train import accumulation
+    from tfgpu.train.pieces import accumulation
 
     optimizer = keras.optimizers.Adam(global_clipnorm=1.0, gradient_accumulation_steps=2)
     with pytest.raises(ConfigError, match="global_clipnorm or use_ema"):

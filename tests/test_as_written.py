@@ -78,8 +78,8 @@ def test_keras_own_fit_is_left_as_keras_makes_it():
 
 
 def test_keras_still_has_what_the_scaling_wraps():
-    """Fails loudly when a Keras release moves reduce_values: tfgpu/train/losses.py must follow."""
-    from tfgpu.train import losses
+    """Fails loudly when a Keras release moves reduce_values: tfgpu/train/pieces/losses.py must follow."""
+    from tfgpu.train.pieces import losses
 
     keras_loss = losses.check_keras()
     assert keras_loss.reduce_values(tf.constant(3.0)).shape == ()  # still returned early, unscaled
@@ -92,7 +92,7 @@ def test_the_step_functions_convert_under_autograph():
     """On the H100 bench, AutoGraph could not convert ``losses.run`` (an annotated local that a
     closure read) and printed "AutoGraph could not transform ... annotated name 'summed' can't be
     nonlocal" into the user's console. What runs inside the traced step must convert."""
-    from tfgpu.train import losses
+    from tfgpu.train.pieces import losses
 
     for function in (losses.run, losses.sharing, losses.first_rows):
         tf.autograph.to_graph(function)
@@ -268,7 +268,7 @@ def test_a_model_cloning_cannot_recreate_trains_in_place_as_on_one_device(clean_
 def test_keras_variables_still_hold_what_rehoming_replaces(monkeypatch, clean_choices):
     """Fails loudly when a Keras release moves KerasVariable._value / _initialize; and if it has,
     a model cloning can copy is still cloned (the fallback), with a warning."""
-    from tfgpu.train import rehoming
+    from tfgpu.train.model import rehoming
 
     rehoming.check_keras_variables()
     variable = keras.Variable(1.0)
@@ -459,7 +459,7 @@ def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(mon
     out of memory, the proof says so ("not checked"), and the run trains as without it."""
     import tensorflow as tf
 
-    from tfgpu.train import proof
+    from tfgpu.train.model import proof
 
     stepper = proof._replicas_step
 

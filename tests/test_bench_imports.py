@@ -1,7 +1,7 @@
 """Every name bench/ and tests/ import from tfgpu exists: the benchmarks run only when someone
 runs them, and the slow lanes only in CI, so a module split would break them unseen
-(bench/tune_bench.py imported ``owner`` from ``train.model`` for a session after it moved to
-``train.placement``; tests/bodies.py's import of it failed only in CI's process lane)."""
+(bench/tune_bench.py imported ``owner`` from ``train.model.user_model`` for a session after it moved to
+``train.model.placement``; tests/bodies.py's import of it failed only in CI's process lane)."""
 
 from __future__ import annotations
 

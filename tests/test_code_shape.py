@@ -160,11 +160,9 @@ def test_no_module_reads_another_modules_private_names():
 
 
 def test_the_private_reader_sees_both_forms():
-    source = (
-        "from tfgpu.train import model as m\nfrom tfgpu.train.model import _copy\nm._follow(1)\nm.back(1)\n"
-    )
-    assert private_reads(source, "tfgpu.train.loop") == [
-        "2: from tfgpu.train.model import _copy",
+    source = "from tfgpu.train import model as m\nfrom tfgpu.train.model.user_model import _copy\nm._follow(1)\nm.back(1)\n"
+    assert private_reads(source, "tfgpu.train.loop.training") == [
+        "2: from tfgpu.train.model.user_model import _copy",
         "3: m._follow",
     ]
 
@@ -182,24 +180,24 @@ def test_every_module_says_what_it_holds():
 # records (Keras's logs and configs, TensorFlow's answers), or mappings keyed by a knob's name.
 # (module relative to train/, function) -> why. Anything else is a record: make it a dataclass.
 KEYED_READS = {
-    ("checkpoints.py", "history_kept"): "the history file beside the checkpoints (JSON edge)",
-    ("checkpoints.py", "shape_kept"): "the run's shape in the same file (JSON edge)",
-    ("execution.py", "_finite"): "Keras's logs, by metric name",
-    ("execution.py", "rate"): "Keras's logs, by metric name",
-    ("windows.py", "loss"): "Keras's logs, by metric name",
-    ("footprint.py", "lines"): "renders a footprint's JSON form (tfgpu diagnose --json read back)",
-    ("footprint.py", "_example"): "Keras's build config",
-    ("footprint.py", "layer_outputs"): "a layer instance's __dict__",
-    ("footprint.py", "_peak"): "TensorFlow's memory info",
-    ("footprint.py", "_capacities"): "the environment",
-    ("rehoming.py", "_copy_adapted_state"): "a Keras layer's config",
-    ("building.py", "_build_error"): "the value an error shows the user",
-    ("options.py", "of"): "the flat keywords fit and the CLI pass (the options' edge)",
-    ("ps_loop.py", "fit"): "TF_CONFIG's cluster",
-    ("setup.py", "precision_for"): "TensorFlow's device details",
-    ("tuning/result.py", "from_dict"): "a kept tuning's file (JSON edge)",
-    ("tuning/result.py", "read"): "a kept tuning's file (JSON edge)",
-    ("tuning/result.py", "config_of"): "a kept tuning's choices, by knob",
+    ("pieces/checkpoints.py", "history_kept"): "the history file beside the checkpoints (JSON edge)",
+    ("pieces/checkpoints.py", "shape_kept"): "the run's shape in the same file (JSON edge)",
+    ("step/execution.py", "_finite"): "Keras's logs, by metric name",
+    ("step/execution.py", "rate"): "Keras's logs, by metric name",
+    ("loop/windows.py", "loss"): "Keras's logs, by metric name",
+    ("step/footprint.py", "lines"): "renders a footprint's JSON form (tfgpu diagnose --json read back)",
+    ("step/footprint.py", "_example"): "Keras's build config",
+    ("step/footprint.py", "layer_outputs"): "a layer instance's __dict__",
+    ("step/footprint.py", "_peak"): "TensorFlow's memory info",
+    ("step/footprint.py", "_capacities"): "the environment",
+    ("model/rehoming.py", "_copy_adapted_state"): "a Keras layer's config",
+    ("model/building.py", "_build_error"): "the value an error shows the user",
+    ("pieces/options.py", "of"): "the flat keywords fit and the CLI pass (the options' edge)",
+    ("loop/ps_loop.py", "fit"): "TF_CONFIG's cluster",
+    ("loop/setup.py", "precision_for"): "TensorFlow's device details",
+    ("pieces/tuned.py", "from_dict"): "a kept tuning's file (JSON edge)",
+    ("pieces/tuned.py", "read"): "a kept tuning's file (JSON edge)",
+    ("pieces/tuned.py", "config_of"): "a kept tuning's choices, by knob",
     ("tuning/tuner.py", "_xla"): "why a knob cannot be tried, by knob",
     ("tuning/tuner.py", "_precision"): "why a knob cannot be tried, by knob",
     ("tuning/tuner.py", "_batch"): "why a knob cannot be tried, by knob",

@@ -25,7 +25,7 @@ returns for comparison is collected in a dict.
 
 Found here: a dataset whose short last batch splits unevenly over the replicas trained to other
 weights than one device (each replica's mean scaled by 1/replicas, not by its share of the rows,
-as in Keras's own ``fit``; fixed in ``tfgpu/train/losses.py``); Keras's own ``predict`` of a model with
+as in Keras's own ``fit``; fixed in ``tfgpu/train/pieces/losses.py``); Keras's own ``predict`` of a model with
 BatchNormalization under a MirroredStrategy fails on one row (replica 1 gets an empty batch),
 tfgpu's does not.
 """
@@ -906,7 +906,7 @@ def test_timeseries_weather_forecasting_example(tmp_path, monkeypatch, rows):
 
     The training dataset's last batch is short, as the example's is: with 1002 rows its 22 rows
     split 11/11 over the replicas; with 1000 rows, 21 split 11/10, and each replica's loss is
-    scaled by its share of the rows (``tfgpu/train/losses.py``): tfgpu equals one device on both.
+    scaled by its share of the rows (``tfgpu/train/pieces/losses.py``): tfgpu equals one device on both.
     """
     raw = jena_climate(rows)
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from fit_models import linear_data
 from support.parity import same
-from tfgpu.train import building, execution
+from tfgpu.train.model import building
+from tfgpu.train.step import execution
 
 NAMES = [f.name for f in fields(execution.Extras)]
 
@@ -141,7 +142,7 @@ def test_the_in_graph_loop_takes_each_batch_once_and_stops_at_the_end(
 ):
     """Every shape of the loop (the ablation bench's rows too) takes the batches in order, each
     once across calls, up to ``per_call`` a call, and stops at the data's end."""
-    from tfgpu.train.execution import in_graph_loop
+    from tfgpu.train.step.execution import in_graph_loop
 
     dataset = tf.data.Dataset.range(rows)
 
@@ -222,7 +223,7 @@ def test_a_window_reads_nothing_from_the_device_until_it_closes():
     """The window's one read (``windows.read``) is the only host-device sync of a window: adding
     an execution, the epoch's first among them, reads none of its outputs (a read mid-window
     makes the host wait for the device before it dispatches the next execution)."""
-    from tfgpu.train.windows import Window, read
+    from tfgpu.train.loop.windows import Window, read
 
     reads = []
 
@@ -259,7 +260,7 @@ def test_a_window_leaves_a_first_execution_out_of_its_wall_once():
     loses those seconds once, the wait loses that wait (not the wall twice)."""
     import time
 
-    from tfgpu.train.windows import Window, read
+    from tfgpu.train.loop.windows import Window, read
 
     def stats(wait):
         return execution.Executed(4, wait, 0.0, 32.0, -1.0, {"loss": 0.5})

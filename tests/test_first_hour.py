@@ -151,7 +151,7 @@ def test_smaller_things_a_user_meets():
 
     from tfgpu.doctor.known_issues import KNOWN_ISSUES
     from tfgpu.errors import ConfigError
-    from tfgpu.train import footprint
+    from tfgpu.train.step import footprint
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     with pytest.raises(ConfigError, match="'bf16', 'fp16' or 'fp32'"):  # it named Keras's policies

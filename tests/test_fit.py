@@ -542,7 +542,8 @@ def test_predict_traces_once_and_rewrites_no_graph_of_the_arrays(reference):
     predict_function), and the arrays' dataset is left out of tf.data's graph rewrites, which
     copy the captured arrays into a GraphDef each time an iterator is made (0.85 s of each call
     on 627 MB)."""
-    from tfgpu.train import adapters, model_cache
+    from tfgpu.train.inputs import adapters
+    from tfgpu.train.pieces import model_cache
 
     model = in_scope(local_strategy(2), binary_model)
     first = tfgpu.predict(model, reference["x"][:100], batch_size=32)

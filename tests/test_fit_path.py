@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 # modules entered, module pairs crossed, modules from fit to a compiled call. 20 rooms and 40
-# doors until issue 67 named its decisions: train/model.py (964 lines, 24 public functions)
+# doors until issue 67 named its decisions: train/model/user_model.py (964 lines, 24 public functions)
 # became model, placement (where a model runs), rehoming (how it moves; not entered on one
 # device) and building (its state before the first step); what the data is became sources (one
 # kind test where 19 stood in 4 modules); keras_fit's reading of Keras's arguments, keras_args:
@@ -62,7 +62,7 @@ def test_a_tuned_fit_walks_through_few_rooms(tmp_path):
     assert len(rooms) <= ROOMS, sorted(rooms)
     assert len(doors) <= DOORS, sorted(doors)
     assert found["paths"] and all(len(path) <= PATH for path, _ in found["paths"]), found["paths"]
-    assert any(path[-1] == "tfgpu.train.execution" for path, _ in found["paths"])  # the tuner's trials
+    assert any(path[-1] == "tfgpu.train.step.execution" for path, _ in found["paths"])  # the tuner's trials
 
 
 def _counted(monkeypatch) -> tuple[list[Any], list[str]]:
@@ -70,7 +70,7 @@ def _counted(monkeypatch) -> tuple[list[Any], list[str]]:
     body each trace hands ``execution.in_graph_loop``, which runs only while tracing)."""
     from tensorflow.python.autograph.impl import api
 
-    from tfgpu.train import execution
+    from tfgpu.train.step import execution
 
     conversions: list[Any] = []
     traced: list[str] = []
@@ -126,11 +126,11 @@ def test_a_fit_converts_nothing_and_traces_its_execution_once(replicas, monkeypa
     assert traced.count("eval_execution") == 1, traced
 
 
-# -- where a model runs: entered through train/placement.py alone (issue 67) ----------------------
-PLACEMENT = "tfgpu.train.placement"
+# -- where a model runs: entered through train/model/placement.py alone (issue 67) ----------------------
+PLACEMENT = "tfgpu.train.model.placement"
 # the mechanics beneath it: how a model moves or is copied, and a split's copy
-BENEATH = {"tfgpu.train.rehoming": None, "tfgpu.train.split": {"placed", "build"}}
-# call sites into placement on a fit's static walk; 25 into train/model.py when filed; 9 since a fit gives
+BENEATH = {"tfgpu.train.model.rehoming": None, "tfgpu.train.model.split": {"placed", "build"}}
+# call sites into placement on a fit's static walk; 25 into train/model/user_model.py when filed; 9 since a fit gives
 # the model back as its user made it (placement.handed_back, issue 74)
 SITES = 9
 
@@ -141,7 +141,7 @@ def test_a_fit_on_two_devices_moves_its_model_through_placement_alone(tmp_path):
     (``tfgpu.strategy()``: MirroredStrategy), traced: the model is moved into the strategy
     (``rehoming`` runs), and only ``placement`` calls into it."""
     found = _traced(tmp_path, "--devices", "2")
-    callers = {a for a, b, _ in found["pairs"] if b == "tfgpu.train.rehoming"}
+    callers = {a for a, b, _ in found["pairs"] if b == "tfgpu.train.model.rehoming"}
     assert callers == {PLACEMENT}, sorted(callers)
 
 
@@ -190,7 +190,7 @@ def test_a_walk_reads_the_package_it_names():
 
     whole, train = CallGraph("tfgpu"), CallGraph("tfgpu.train")
     assert len(whole.modules) == len(list(PACKAGE.rglob("*.py")))
-    assert "tfgpu.predict.memory" in whole.modules and "tfgpu.train.placement" in train.modules
+    assert "tfgpu.predict.memory" in whole.modules and "tfgpu.train.model.placement" in train.modules
     assert set(train.modules) < set(whole.modules)
     with pytest.raises(ValueError, match="names no module"):
         CallGraph("tfgpu.no_such_part")

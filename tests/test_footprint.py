@@ -11,7 +11,7 @@ import tfgpu
 from support.parity import in_scope
 from support.replicas import local_strategy
 from tfgpu.errors import ConfigError
-from tfgpu.train import footprint
+from tfgpu.train.step import footprint
 
 
 def mlp(optimizer="adam"):
@@ -76,8 +76,8 @@ def test_an_out_of_memory_step_says_the_figures_and_the_fixes(monkeypatch):
     """A fake allocator that fails every step: one message with the batch, the bytes, the fixes."""
     import tensorflow as tf
 
-    from tfgpu.train import execution
-    from tfgpu.train.loop import OutOfMemoryError
+    from tfgpu.train.loop.training import OutOfMemoryError
+    from tfgpu.train.step import execution
 
     def failing(strategy, model, *, jit_compile, known=False, extras=execution.ALL):
         def execute(iterator, limit):

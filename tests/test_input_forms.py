@@ -6,7 +6,7 @@ tensors, pandas frames, sample weights, ``tf.data`` of x, (x, y) and (x, y, samp
 with a short last batch, against Keras's own verbs on one device: weights and history for fit,
 the results for evaluate, the outputs for predict. Data tfgpu cannot take is said in one
 message. And the shape that keeps it so: what the data is is asked in one module
-(``train/adapters.py``), each verb enters it at one call site, and no class reading data is
+(``train/inputs/adapters.py``), each verb enters it at one call site, and no class reading data is
 over 150 lines.
 """
 
@@ -209,7 +209,7 @@ def test_what_the_data_is_is_asked_in_the_adapters_module_alone():
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if KIND_TESTS.search(line)
     ]
-    assert not found, "a test of what the data is outside train/adapters.py:\n" + "\n".join(found)
+    assert not found, "a test of what the data is outside train/inputs/adapters.py:\n" + "\n".join(found)
 
 
 def test_the_kind_test_pattern_finds_what_it_looks_for():
@@ -224,7 +224,7 @@ def test_the_kind_test_pattern_finds_what_it_looks_for():
         assert KIND_TESTS.search(line), line
 
 
-DATA_MODULES = ("train/adapters.py", "train/inputs.py")
+DATA_MODULES = ("train/inputs/adapters.py", "train/inputs/readers.py")
 
 
 def test_no_class_that_reads_data_is_over_150_lines():
@@ -244,7 +244,7 @@ def test_each_verb_enters_the_door_at_one_call_site():
     from support.call_graph import CallGraph
 
     graph = CallGraph("tfgpu")
-    door = "tfgpu.train.adapters"
+    door = "tfgpu.train.inputs.adapters"
 
     def sites(start, name):
         return sorted(
@@ -262,5 +262,5 @@ def test_each_verb_enters_the_door_at_one_call_site():
     ):
         entered = sites(verb, "of")
         assert len(entered) == 1, (verb, entered)
-    trainer = sites(("tfgpu.train.trainer", "Trainer.__init__"), "through_door")
-    assert [node for node, _ in trainer] == [("tfgpu.train.trainer", "_through_door")], trainer
+    trainer = sites(("tfgpu.train.run.trainer", "Trainer.__init__"), "through_door")
+    assert [node for node, _ in trainer] == [("tfgpu.train.run.trainer", "_through_door")], trainer

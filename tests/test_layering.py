@@ -227,7 +227,7 @@ def later():
     from tfgpu.report.runs import save_run
     return tfgpu.strategy(), tfgpu.data.pipeline, tfgpu.__version__, tfgpu.fit
 """
-    found = {target for _, target in tfgpu_imports(source, "tfgpu.train.loop")}
+    found = {target for _, target in tfgpu_imports(source, "tfgpu.train.loop.training")}
     assert found == {
         "tfgpu.data.pipeline",
         "tfgpu.distribute",
@@ -241,74 +241,56 @@ def later():
 
 
 # -- inside tfgpu.train ------------------------------------------------------------------------------
-# train/ is a third of the code: its modules are layered too, lowest first (names relative to
-# tfgpu.train). A module imports from its own layer or a lower one; the Trainer is a setup, a loop
-# over it and a tuning session, joined in ``trainer`` (issue 45).
-TRAIN_LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    # what a run is asked and told, and the small pieces every part uses
-    (
-        "pieces",
-        frozenset(
-            {
-                "accumulation",
-                "callbacks",
-                "checkpoints",
-                "layers",
-                "losses",
-                "model_cache",
-                "options",
-                "remat",
-                "stopping",  # a run asked to stop (signals, the stop cap, the workers agreeing)
-                "task",
-                "tuning.result",  # what a tuning found, and its kept file (read by the Trainer before it builds)
-            }
-        ),
-    ),
-    # the user's model made ready, its inputs, its compiled step, its split and its proof
-    (
-        "model",
-        frozenset(
-            {
-                "adapters",  # one door for data: what the data is, decided once
-                "building",
-                "evaluation",
-                "execution",
-                "footprint",
-                "inputs",
-                "model",
-                "placement",  # where a model runs; rehoming: how it moves there
-                "proof",
-                "rehoming",
-                "result",
-                "split",
-            }
-        ),
-    ),
-    ("setup", frozenset({"setup"})),
-    ("loop", frozenset({"loop", "ps_loop", "windows"})),  # windows: the loops' record of a run
-    ("tuning", frozenset({"tuning", "tuning.session", "tuning.tuner"})),
-    ("trainer", frozenset({"trainer", "batch_size"})),
-    ("keras", frozenset({"keras_fit", "keras_args", "__init__"})),
+# train/ is a third of the code: its rooms are sub-packages, layered lowest first (each
+# sub-package's docstring says what lives there and what may import it). A module imports from its
+# own room or a lower one; the verbs (``keras_fit``, ``keras_args``) and the package's public names
+# sit at the top, in train/ itself. The Trainer is a setup, a loop over it and a tuning session,
+# joined in ``run.trainer`` (issue 45).
+TRAIN_ROOMS: tuple[str, ...] = (
+    "pieces",  # what a run is asked and keeps, and the small pieces every part uses
+    "inputs",  # the data: one door (adapters) and a reader per kind
+    "step",  # the compiled step and its memory
+    "model",  # the user's model made, built, placed or split, and proved
+    "loop",  # the setup, the loops, evaluation, the windows and the result
+    "tuning",  # tune=True: measure, choose, prove and keep
+    "run",  # the Trainer and the batch that fits
+    "",  # train/ itself: the verbs and the public names
 )
+TRAIN = PACKAGE / "train"
 
 
 def train_unit(dotted: str) -> str:
-    """``tfgpu.train.tuning.result`` -> ``tuning.result``; the package itself -> ``__init__``."""
+    """``tfgpu.train.loop.training`` -> ``loop``, the room it lives in (``""``: train/ itself)."""
     rest = dotted.removeprefix("tfgpu.train").lstrip(".")
-    return rest or "__init__"
+    room = rest.split(".")[0]
+    return room if (TRAIN / room).is_dir() else ""
 
 
 def train_layer_of(name: str) -> int | None:
-    return next((i for i, (_, names) in enumerate(TRAIN_LAYERS) if name in names), None)
+    return TRAIN_ROOMS.index(name) if name in TRAIN_ROOMS else None
 
 
 def train_modules() -> list[tuple[str, Path]]:
     return [(m, p) for m, p in library_modules() if m == "tfgpu.train" or m.startswith("tfgpu.train.")]
 
 
-def test_every_train_module_has_a_layer():
-    unplaced = sorted(train_unit(m) for m, _ in train_modules() if train_layer_of(train_unit(m)) is None)
-    assert not unplaced, f"train modules in no layer (place them in TRAIN_LAYERS): {unplaced}"
+def test_every_train_room_is_a_layer_with_a_docstring_saying_who_may_import_it():
+    rooms = sorted(p.name for p in TRAIN.iterdir() if (p / "__init__.py").exists())
+    assert rooms == sorted(r for r in TRAIN_ROOMS if r), "place each sub-package of train/ in TRAIN_ROOMS"
+    for room in rooms:
+        doc = ast.get_docstring(ast.parse((TRAIN / room / "__init__.py").read_text())) or ""
+        assert "import" in doc, f"train/{room}/__init__.py: say what lives there and what may import it"
+
+
+def test_train_itself_holds_only_the_verbs_and_the_public_names():
+    assert sorted(p.name for p in TRAIN.glob("*.py")) == ["__init__.py", "keras_args.py", "keras_fit.py"]
+
+
+def test_the_train_rooms_are_read_from_the_folders():
+    assert train_unit("tfgpu.train.loop.training") == "loop"
+    assert train_unit("tfgpu.train.tuning.session") == "tuning"
+    assert train_unit("tfgpu.train.keras_fit") == "" and train_unit("tfgpu.train") == ""
+    assert train_layer_of("pieces") < train_layer_of("model") < train_layer_of("loop") < train_layer_of("")
 
 
 def test_no_train_module_imports_a_higher_one():
@@ -322,7 +304,7 @@ def test_no_train_module_imports_a_higher_one():
             if importer is not None and imported is not None and imported > importer:
                 found.append(
                     f"{path.relative_to(SRC).as_posix()}:{line} imports {target} "
-                    f"({TRAIN_LAYERS[importer][0]} < {TRAIN_LAYERS[imported][0]})"
+                    f"({TRAIN_ROOMS[importer] or 'train/'} < {TRAIN_ROOMS[imported] or 'train/'})"
                 )
     assert not found, "train layering leaks:\n" + "\n".join(found)
 

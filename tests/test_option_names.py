@@ -14,7 +14,7 @@ import keras
 
 import tfgpu
 from tfgpu.cli import build_parser
-from tfgpu.train.options import TrainOptions
+from tfgpu.train.pieces.options import TrainOptions
 
 # options tfgpu.fit does not take, and why
 NOT_IN_FIT = {

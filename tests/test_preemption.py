@@ -338,7 +338,7 @@ def test_the_chief_proposes_a_second_between_agreements_and_calls_a_quarter_of_t
     """Several workers agree on a stop about once a second, and a call there takes at most the
     steps of a quarter of TFGPU_STOP_GRACE (it cannot end early): from 200 steps in 2 s, a
     period of 100 steps and calls of at most 500 at a grace of 20 s; one slow step, one each."""
-    from tfgpu.train import stopping
+    from tfgpu.train.pieces import stopping
 
     assert stopping.proposals(200, 2.0, grace=20.0) == (100.0, 500.0)
     assert stopping.proposals(1, 30.0, grace=20.0) == (1.0, 1.0)

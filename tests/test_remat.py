@@ -70,7 +70,7 @@ def test_a_remat_scope_model_trains_to_the_weights_without_remat(scope, replicas
 @pytest.mark.parametrize("replicas", [1, 2])
 @pytest.mark.parametrize("remat", [True, "activations", "largest"])
 def test_remat_for_a_model_built_without_it_keeps_the_weights(remat, replicas, plain_weights, clean_choices):
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     x, y = data()
     ours = in_scope(local_strategy(replicas), model)
@@ -85,7 +85,7 @@ def test_the_recomputation_really_happens_in_the_traced_step():
     """The gradient of a rematted layer recomputes its forward ops (a second MatMul in the graph)."""
     import tensorflow as tf
 
-    from tfgpu.train import remat as rematerialization
+    from tfgpu.train.pieces import remat as rematerialization
 
     layer = keras.layers.Dense(4, activation="relu")
     layer.build((None, 3))
@@ -109,7 +109,7 @@ def test_the_recomputation_really_happens_in_the_traced_step():
 
 @pytest.mark.model
 def test_largest_picks_the_layers_holding_half_the_activations():
-    from tfgpu.train import remat as rematerialization
+    from tfgpu.train.pieces import remat as rematerialization
 
     wide = keras.Sequential(
         [
@@ -127,7 +127,7 @@ def test_largest_picks_the_layers_holding_half_the_activations():
 
 @pytest.mark.model
 def test_bad_remat_is_one_message():
-    from tfgpu.train import remat as rematerialization
+    from tfgpu.train.pieces import remat as rematerialization
 
     with pytest.raises(ConfigError, match="remat must be True") as caught:
         tfgpu.fit(model(), *data(), remat="everything")
@@ -147,7 +147,7 @@ def test_bad_remat_is_one_message():
 def test_the_traced_step_is_kept_between_calls():
     """The remat modes are part of what a step was traced against, compared by value: a new
     tuple each call must not drop the traced functions (it did: a retrace every call, 80x slower)."""
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     x, y = data()
     ours = in_scope(local_strategy(1), model)
@@ -208,7 +208,7 @@ def test_the_forward_pass_writes_the_statistics_once():
     """A BatchNormalization under remat: its moving mean moves by one update per step, as without."""
     import tensorflow as tf
 
-    from tfgpu.train import remat as rematerialization
+    from tfgpu.train.pieces import remat as rematerialization
 
     def run(mode):
         keras.utils.set_random_seed(0)

@@ -25,7 +25,7 @@ def split_run(devices_per_replica: int) -> dict:
     history = tfgpu.fit(
         ours, x, y, batch_size=16, epochs=2, shuffle=False, verbose=0, devices_per_replica=devices_per_replica
     )
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     ((_, placed),) = [c for key, c in model_cache.copies(ours).items() if key[0] == "split"]
     return {
@@ -75,7 +75,7 @@ def test_two_replicas_of_two_devices_on_four_cpus_are_one_device(on_one_device):
 
 
 def test_stages_balance_the_layers_memory():
-    from tfgpu.train import split
+    from tfgpu.train.model import split
 
     assert split._partition([1, 1, 1, 1], 2) == [(0, 2), (2, 4)]
     assert split._partition([10, 1, 1, 1, 1], 2) == [(0, 1), (1, 5)]
@@ -126,7 +126,8 @@ def test_remat_of_a_split_layer_recomputes_a_pure_function_of_its_weights():
     wrapper, so its recomputation takes the weights read before the forward pass (a layer missed
     read its variables itself in the backward pass, which raced the updates: now and then, under
     load, a split over 3 devices trained to weights 2e-3 off one device's)."""
-    from tfgpu.train import remat, split
+    from tfgpu.train.model import split
+    from tfgpu.train.pieces import remat
 
     placed = split.placed(deep_dense_model(), devices_per_replica=3, batch=16)[1]
     for layer in placed.layers:

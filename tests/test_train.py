@@ -240,7 +240,7 @@ def test_out_of_memory_names_the_batch_size(monkeypatch):
     def explode(iterator, limit):
         raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor")
 
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     monkeypatch.setattr(model_cache, "function", lambda model, key, make: explode)
     with pytest.raises(tfgpu.train.OutOfMemoryError) as info:
@@ -451,8 +451,8 @@ def test_arrays_on_two_workers_match_one_device():
 
 
 def test_array_order_is_shuffled_per_epoch_and_can_be_kept():
-    from tfgpu.train.adapters import of_task
-    from tfgpu.train.inputs import input_of
+    from tfgpu.train.inputs.adapters import of_task
+    from tfgpu.train.inputs.readers import input_of
 
     def first_labels(task, epoch):
         source = input_of(
@@ -611,7 +611,7 @@ def test_cli_bad_input_is_one_message(tmp_path):
 @pytest.mark.model
 def test_a_run_on_cpus_samples_no_gpu(monkeypatch):
     """NVML's sampler thread starts only where a replica may run on a GPU: not here, even asked."""
-    from tfgpu.train import windows
+    from tfgpu.train.loop import windows
 
     def no_monitor():
         raise AssertionError("a GPU sampler was started for a run on CPUs")

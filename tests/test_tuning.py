@@ -619,8 +619,8 @@ def test_a_mixed_precision_copy_keeps_its_outputs_and_lookups_and_the_optimizer_
     and an integer lookup as built (Keras's mixed precision guide); a mixed_float16 copy's
     LossScaleOptimizer takes the float32 optimizer's state under its loss scale, and gives it
     back, its loss scale starting as a new one's."""
-    from tfgpu.train.placement import copy_in
-    from tfgpu.train.rehoming import copy_optimizer_state
+    from tfgpu.train.model.placement import copy_in
+    from tfgpu.train.model.rehoming import copy_optimizer_state
 
     keras.utils.set_random_seed(0)
     ids = keras.Input((2,), dtype="int64")
@@ -665,7 +665,7 @@ class Opaque(keras.Model):
 def test_a_subclassed_model_is_not_copied_said():
     """Keras re-creates a subclassed model only from its config, which may leave out its state:
     tuning's copies (one device, mixed precision) refuse it with one message."""
-    from tfgpu.train.placement import copy_in
+    from tfgpu.train.model.placement import copy_in
 
     opaque = Opaque(scale=types.SimpleNamespace(value=2.0))
     opaque(np.zeros((1, 3), "float32"))
@@ -908,7 +908,7 @@ def test_a_run_switched_to_mixed_precision_trains_a_copy_in_that_policy(tmp_path
     """tune=('precision',) where the policy may be tried (here bf16 on the CPU, by the test) and
     wins: the run trains a copy in mixed_bfloat16, its loss tracking float32's, and the user's
     float32 model gets the trained weights."""
-    from tfgpu.train.setup import Setup
+    from tfgpu.train.loop.setup import Setup
 
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(Setup, "precision_for", lambda self: ("mixed_bfloat16", None))
@@ -1042,7 +1042,7 @@ def test_a_tuning_s_variants_share_the_run_s_converted_arrays(tmp_path, monkeypa
     """Issue 67 item 3: a trial varies the run (its batch, its model's copy, its compiled step),
     it does not convert the training arrays again: batch_size='auto' tries 64, 128, ... in
     setups of their own, and the arrays are made tensors once a fit (before: once a variant)."""
-    from tfgpu.train import inputs
+    from tfgpu.train.inputs import readers as inputs
 
     monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
     forced(monkeypatch)

@@ -28,7 +28,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "evaluate": ("tfgpu.train.keras_fit", "evaluate"),
     "TrainOptions": ("tfgpu.train", "TrainOptions"),
     "find_batch_size": ("tfgpu.train", "find_batch_size"),
-    "memory": ("tfgpu.train.footprint", "memory"),
+    "memory": ("tfgpu.train.step.footprint", "memory"),
     "predict": ("tfgpu.predict", None),  # the package, callable: tfgpu.predict(...) (callable_module)
     "estimator": ("tfgpu.estimator", None),
     "ray": ("tfgpu.ray", None),  # Ray Train glue: imports Ray (pip install "tfgpu[ray]")

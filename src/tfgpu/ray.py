@@ -26,7 +26,7 @@ from typing import Any
 import keras
 
 from tfgpu.errors import ConfigError
-from tfgpu.train.checkpoints import HISTORY
+from tfgpu.train.pieces.checkpoints import HISTORY
 
 __all__ = ["ReportCheckpointCallback", "load_weights"]
 

@@ -140,7 +140,7 @@ class KerasUnder:
         self.strategy = strategy
 
     def _placed(self, model: Any) -> Any:
-        from tfgpu.train import placement
+        from tfgpu.train.model import placement
 
         if getattr(model, "_distribute_strategy", None) is not self.strategy:
             placement.moved_in(model, self.strategy)

@@ -11,7 +11,7 @@ PACKAGE = SRC / "tfgpu"
 
 
 def module_name(path: Path) -> str:
-    """``src/tfgpu/train/loop.py`` -> ``tfgpu.train.loop`` (a package's ``__init__`` is the package)."""
+    """``src/tfgpu/train/loop/training.py`` -> ``tfgpu.train.loop.training`` (a package's ``__init__`` is the package)."""
     parts = path.relative_to(SRC).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 

@@ -68,7 +68,7 @@ def parse_duration(text: str) -> float:
 def load_dataset(reference: str) -> Any:
     from tfgpu.data import PipelinePlan
     from tfgpu.loader import load_function
-    from tfgpu.train.adapters import is_dataset
+    from tfgpu.train.inputs.adapters import is_dataset
 
     made = load_function(reference)()
     if isinstance(made, PipelinePlan):
@@ -179,7 +179,7 @@ def _render(data: dict[str, Any]) -> None:
         stages.add_row(s["name"], f"{s['examples_per_s']:,.0f}", f"{s['share']:.0%}", s.get("detail", ""))
     out.print(stages)
     if data.get("memory"):
-        from tfgpu.train import footprint
+        from tfgpu.train.step import footprint
 
         out.print("[bold]memory of a training step[/]")
         for line in footprint.lines(data["memory"]):

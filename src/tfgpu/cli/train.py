@@ -12,7 +12,7 @@ from tfgpu import quiet
 from tfgpu.cli import _common
 from tfgpu.data.options import PipelineOptions
 from tfgpu.errors import ConfigError, InputError
-from tfgpu.train.options import DEFAULT_LOG_EVERY, REMAT_MODES
+from tfgpu.train.pieces.options import DEFAULT_LOG_EVERY, REMAT_MODES
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -193,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     runtime.configure(precision=args.precision)
     task = load_task(args.task, batch_size=args.batch_size)
     if args.data_service:
-        from tfgpu.train.adapters import Directory, of_task
+        from tfgpu.train.inputs.adapters import Directory, of_task
 
         if not isinstance(of_task(task.train_data, role="train_data"), Directory):
             raise InputError(

@@ -233,7 +233,7 @@ def diagnose(
         if apply:
             _apply(result, dataset, device, run, steps=steps, warmup=warmup, service_workers=service_workers)
     if model is not None:
-        from tfgpu.train import footprint
+        from tfgpu.train.step import footprint
 
         result.memory = footprint.memory(model, batch_size=batch)
     return result

@@ -93,7 +93,7 @@ def synthetic(element_spec: Any, batch_size: int) -> Any:
 class StepProfile:
     """The real training step on the device alone, measured once per model, batch and device.
 
-    Timed through the Trainer's own execution (``train.execution``): ``per_call_s`` one step per
+    Timed through the Trainer's own execution (``train.step.execution``): ``per_call_s`` one step per
     compiled call, ``in_loop_s`` a step when ``steps_per_call`` of them run inside one call. The
     per-step overhead is what running K steps per call removes, ``1 - in_loop_s / per_call_s``:
     host dispatch and whatever else a call costs once, not work in the graph (a fixed-cost op
@@ -153,7 +153,7 @@ class ModelDevice:
     kind = "model"
 
     def __init__(self, model: Any) -> None:
-        from tfgpu.train import placement
+        from tfgpu.train.model import placement
 
         placed = placement.place(model)  # its own strategy, or the default one: trained as it is
         self.model, self.strategy = placed.model, placed.strategy
@@ -180,7 +180,7 @@ class ModelDevice:
     def _execution(self) -> Any:
         """The Trainer's own compiled execution (``execution.compiled``), the end-of-data path
         kept: diagnose's iterators are distributed ones, a real pipeline's of any length."""
-        from tfgpu.train import execution
+        from tfgpu.train.step import execution
 
         return execution.compiled(self.model, self.strategy)
 
@@ -193,8 +193,8 @@ class ModelDevice:
         freely: the weights, optimizer state and metrics are put back on leaving."""
         import tensorflow as tf
 
-        from tfgpu.train.building import build
-        from tfgpu.train.execution import restored
+        from tfgpu.train.model.building import build
+        from tfgpu.train.step.execution import restored
 
         spec = self._as_steps_take_them(tf.data.Dataset.from_tensors(synthetic(element_spec, 1))).element_spec
         build(self.model, self.strategy, spec if isinstance(spec, tuple) else (spec,))
@@ -206,7 +206,7 @@ class ModelDevice:
         the strategy's replicas (inside ``session``)."""
         import tensorflow as tf
 
-        from tfgpu.train.inputs import bounded
+        from tfgpu.train.inputs.readers import bounded
 
         options = tf.data.Options()
         options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
@@ -217,7 +217,7 @@ class ModelDevice:
         """``steps`` steps, ``per_call`` per compiled call, nothing read back until the end (as the
         Trainer runs): the seconds they took, when each call was made (from the start) and each
         call's outputs."""
-        from tfgpu.train import execution
+        from tfgpu.train.step import execution
 
         return execution.timed(self._execution(), iterator, steps=steps, per_call=per_call)
 

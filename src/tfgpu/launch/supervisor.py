@@ -7,7 +7,7 @@
 - With ``max_restarts`` every process is restarted with the same cluster; each sees
   TFGPU_LAUNCH_ATTEMPT (0, 1, ...).
 - SIGTERM or Ctrl-C (SIGINT) to the launcher is passed on to every process, as a request: a
-  training run saves where it is and exits ``errors.RESUMABLE`` (``train.stopping``). The launcher
+  training run saves where it is and exits ``errors.RESUMABLE`` (``train.pieces.stopping``). The launcher
   waits for them up to TFGPU_STOP_GRACE plus its own grace, then kills what is left; a second
   signal kills at once. A run that stopped on request, whether the launcher or one of its
   processes was signalled, is not a failure: it is not restarted, and the launcher exits

@@ -43,7 +43,7 @@ def predict(
         output, batch_size = batch_size, None
     if output is None:
         from tfgpu.predict.memory import predict_arrays
-        from tfgpu.train import placement
+        from tfgpu.train.model import placement
 
         with placement.handed_back(model):  # a one-device Keras model again after, as its user made it
             return predict_arrays(

@@ -255,10 +255,10 @@ def _bucket_bounds(source: InputSource, options: PredictOptions) -> list[int]:
 
 def split_predictor(model: str, options: PredictOptions, *, strategy: Any) -> tuple[Any, Predictor]:
     """(strategy, predictor) of the .keras file ``model`` split over ``devices_per_replica``
-    devices per replica (``train.split``: the layers placed by memory, the batch in micro-batches)."""
+    devices per replica (``train.model.split``: the layers placed by memory, the batch in micro-batches)."""
     from tfgpu.predict.models import keras_predictor, load_keras_model
-    from tfgpu.train import placement
-    from tfgpu.train.options import Placement
+    from tfgpu.train.model import placement
+    from tfgpu.train.pieces.options import Placement
 
     path = Path(model)
     if path.suffix != ".keras":
@@ -446,14 +446,14 @@ def _run(
     """Predict every batch of ``iterator`` into ``sink``.
 
     Each compiled call takes up to ``per_call`` batches from the iterator inside the graph
-    (``train.execution.in_graph_loop``) and returns their ids and outputs concatenated, still on the
+    (``train.step.execution.in_graph_loop``) and returns their ids and outputs concatenated, still on the
     device. The host does not read them: a background thread moves them to host memory, reorders
     them and writes the shards while the devices compute the next call. The queue between the two
     holds a few calls, so memory stays bounded.
     """
     import tensorflow as tf
 
-    from tfgpu.train.execution import growing_array, in_graph_loop, local_rows
+    from tfgpu.train.step.execution import growing_array, in_graph_loop, local_rows
 
     def body(batch: Any, arrays: Any, index: Any) -> Any:
         ids, features = batch

@@ -356,7 +356,7 @@ class DatasetInput(InputSource):
 
     def _features(self) -> Any:
 
-        from tfgpu.train.adapters import is_dataset
+        from tfgpu.train.inputs.adapters import is_dataset
 
         ds = self._make()
         if not is_dataset(ds):

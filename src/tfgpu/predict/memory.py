@@ -1,12 +1,12 @@
 """``tfgpu.predict(model, x)``: Keras's ``model.predict`` contract (arrays in input order) on every replica.
 
-``x`` goes through the door every verb takes (``train.adapters.of``): every form
+``x`` goes through the door every verb takes (``train.inputs.adapters.of``): every form
 ``model.predict`` takes, read as its adapter says (``Adapter.for_prediction``). Arrays are
 gathered by index from tensors made once (no copy of ``x``), in global batches; the last batch is
 filled up with rows from the start, so every replica always gets a full, equal share (no empty
 replica, one traced shape) and the extra rows are cut off at the end. Each replica's slice of a
 global batch is contiguous and in replica order, so concatenating the replicas' outputs keeps the
-input order. K batches run per compiled call (``train.execution.in_graph_loop``); outputs are
+input order. K batches run per compiled call (``train.step.execution.in_graph_loop``); outputs are
 collected on the device and copied to host memory by a background thread while the next call runs.
 """
 
@@ -44,10 +44,10 @@ def predict_arrays(
     import numpy as np
     import tensorflow as tf
 
-    from tfgpu.train import adapters
-    from tfgpu.train import model as model_setup
-    from tfgpu.train.inputs import bounded
-    from tfgpu.train.options import Placement
+    from tfgpu.train.inputs import adapters
+    from tfgpu.train.inputs.readers import bounded
+    from tfgpu.train.model import user_model as model_setup
+    from tfgpu.train.pieces.options import Placement
 
     if model_setup.override(model, "predict"):  # the user's own predict: its result, as theirs
         return model_setup.called(
@@ -102,7 +102,7 @@ def _per_call(callbacks: Any) -> int:
     """Batches per compiled call: 16, or one when a callback acts on every predict batch (as
     Keras's ``predict`` calls it at its default of one step per call; said once)."""
     from tfgpu import choices
-    from tfgpu.train.callbacks import acting_per_batch
+    from tfgpu.train.pieces.callbacks import acting_per_batch
 
     acting = acting_per_batch(list(callbacks or ()), kind="predict")
     if not acting:
@@ -145,11 +145,11 @@ def _strategy(model: Any, strategy: Any, asked: Any, *, global_batch: int) -> tu
     Under MultiWorkerMirroredStrategy every worker predicts every row on its own replicas
     (``_iterator``): Keras's ``predict`` gives every worker the whole result too. Under
     ParameterServerStrategy the coordinator predicts, as it evaluates
-    (``train.evaluation.evaluation_strategy``).
+    (``train.loop.evaluation.evaluation_strategy``).
     """
-    from tfgpu.train import model as model_setup
-    from tfgpu.train import placement
-    from tfgpu.train.evaluation import evaluation_strategy
+    from tfgpu.train.loop.evaluation import evaluation_strategy
+    from tfgpu.train.model import placement
+    from tfgpu.train.model import user_model as model_setup
 
     model_setup.ready_remat(model)  # a RematScope model fails in a compiled call without it
     placed = placement.place(  # as fit and evaluate
@@ -195,13 +195,13 @@ def _x_of(spec: Any) -> Any:
 def _compiled(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool) -> Any:
     """fn(iterator) -> (batches taken, the outputs of up to ``per_call`` batches, on the device).
 
-    Made once per model, strategy and input structure (``train.model_cache``, dropped on
+    Made once per model, strategy and input structure (``train.pieces.model_cache``, dropped on
     ``compile()``), as Keras keeps its ``predict_function``: a new trace each call cost 0.1-0.2 s
     of every ``tfgpu.predict`` on a small MLP. The iterator is an argument, so a new one of the
     same structure reuses the trace.
     """
     from tfgpu import graphs
-    from tfgpu.train import model_cache
+    from tfgpu.train.pieces import model_cache
 
     key = ("predict", strategy, per_call, arrays, str(spec), graphs.eager(model))  # shapes, dtypes, structure
     return model_cache.function(
@@ -215,7 +215,7 @@ def _trace(strategy: Any, model: Any, *, per_call: int, spec: Any, arrays: bool)
     from keras.src.backend import compute_output_spec  # what Keras's own symbolic build uses
 
     from tfgpu import graphs
-    from tfgpu.train.execution import growing_array, in_graph_loop, local_rows
+    from tfgpu.train.step.execution import growing_array, in_graph_loop, local_rows
 
     # arrays are x alone; a dataset's elements are what Keras's predict_step unpacks: x, or (x, y...)
     x_spec = spec if arrays else _x_of(spec)

@@ -12,8 +12,8 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import adapters
-from tfgpu.train import callbacks as callback_setup
+from tfgpu.train.inputs import adapters
+from tfgpu.train.pieces import callbacks as callback_setup
 
 
 def check_arguments(model: Any, *, class_weight: Any, validation_freq: Any) -> None:

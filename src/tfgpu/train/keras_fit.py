@@ -18,11 +18,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfgpu import distribute
-from tfgpu.train import adapters, keras_args, placement, split
-from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import model as model_setup
-from tfgpu.train.options import DEFAULT_LOG_EVERY, TrainOptions
-from tfgpu.train.task import Task
+from tfgpu.train import keras_args
+from tfgpu.train.inputs import adapters
+from tfgpu.train.model import placement, split
+from tfgpu.train.model import user_model as model_setup
+from tfgpu.train.pieces import callbacks as callback_setup
+from tfgpu.train.pieces.options import DEFAULT_LOG_EVERY, TrainOptions
+from tfgpu.train.pieces.task import Task
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,7 @@ def fit(
 
     - ``strategy``: default the strategy the model was created under, else ``tfgpu.strategy()``
       (a model created outside a multi-replica strategy's scope is moved into it in place,
-      ``train.rehoming.rehome``, and trains itself);
+      ``train.model.rehoming.rehome``, and trains itself);
     - ``steps_per_execution``: steps per compiled call (default: the model's own when it was
       compiled with more than 1, else one call per ``log_every`` steps); batch callbacks are
       called once per call, as Keras's ``fit`` calls them;
@@ -110,14 +112,14 @@ def fit(
     - ``prove``: on several replicas, before the first step, the model's own step on them and on
       one device from the same state and rows are compared, and a disagreement is said with its
       likely cause (a loss summed over replicas, a custom ``train_step`` dividing by its local
-      batch); ``history.train_result.proof`` holds the figures (``train.proof``);
+      batch); ``history.train_result.proof`` holds the figures (``train.model.proof``);
     - ``batch_size="auto"``: the global batch doubled from Keras's default while a doubling fits
       in memory and gains 5% (the learning rate stays yours; the chosen batch is said loudly).
 
     The returned History carries tfgpu's measurements as ``history.train_result``
     (examples/s, input wait, verdict, timeline).
     """
-    from tfgpu.train.trainer import Trainer
+    from tfgpu.train.run.trainer import Trainer
 
     model_setup.accepted(model, call="tfgpu.fit")
     acting, per_batch = keras_args.acting(model, steps_per_execution, callbacks)
@@ -245,7 +247,7 @@ def evaluate(
     Exact for any dataset size on every replica and worker; ``x`` takes what ``tfgpu.fit``
     takes. ``verbose`` shows Keras's progress bar (on the chief only).
     """
-    from tfgpu.train import evaluation
+    from tfgpu.train.loop import evaluation
 
     if model_setup.override(model, "evaluate"):  # the user's own evaluate: its result, as theirs
         return model_setup.called(

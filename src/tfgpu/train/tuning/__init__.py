@@ -1,7 +1,7 @@
 """``tune=True``: measure, choose, prove and keep the fastest configuration of a run.
 
 Before the first epoch the Trainer times candidate configurations on the real model, strategy and
-data, through its own compiled execution (``train.execution``: the measurement diagnose uses too),
+data, through its own compiled execution (``train.step.execution``: the measurement diagnose uses too),
 and trains with the fastest. The knobs, in the order that usually matters:
 
 - ``steps_per_execution``: the rungs 1, 4, 16, 64, 256, 1024 above the run's default (one call
@@ -41,16 +41,19 @@ measuring, a changed key re-tunes and says what changed.
 Several workers (MultiWorkerMirrored,
 ParameterServer) are not tuned: every worker would have to make the same choice from its own
 timings; the run says so and trains as configured.
+
+Imports the rooms below it (``pieces``, ``step``, ``model``, ``loop``: a tuning's variants are
+setups); the Trainer (``run``) imports it.
 """
 
 from __future__ import annotations
 
 # The parts, by concern: what is asked and one configuration are the options tree's
-# (``train.options``), ``tuner`` (measuring and choosing), ``result`` (what was found, rendered,
-# and kept for the next run) and ``session`` (a tuning over a run's setup, imported from there: it
-# needs the training layer).
-from tfgpu.train.options import ALL_KNOBS, DEFAULT_KNOBS, KNOBS, POLICIES, Config, TuneOptions
-from tfgpu.train.tuning.result import (
+# (``train.pieces.options``), ``tuner`` (measuring and choosing), ``pieces.tuned`` (what was
+# found, rendered, and kept for the next run: the Trainer reads it before it builds) and
+# ``session`` (a tuning over a run's setup, imported from there: it needs the loop's room).
+from tfgpu.train.pieces.options import ALL_KNOBS, DEFAULT_KNOBS, KNOBS, POLICIES, Config, TuneOptions
+from tfgpu.train.pieces.tuned import (
     FILE,
     ROUNDS,
     TRIAL_COLUMNS,

@@ -14,11 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfgpu import choices
-from tfgpu.train import execution, placement
-from tfgpu.train.options import Config, TrainOptions, TuneOptions
-from tfgpu.train.setup import Setup
-from tfgpu.train.tuning import result
-from tfgpu.train.tuning.result import Tuning
+from tfgpu.train.loop.setup import Setup
+from tfgpu.train.model import placement
+from tfgpu.train.pieces import tuned as result
+from tfgpu.train.pieces.options import Config, TrainOptions, TuneOptions
+from tfgpu.train.pieces.tuned import Tuning
+from tfgpu.train.step import execution
 from tfgpu.train.tuning.tuner import DoesNotFit, Tuner, boxed, first_line
 
 log = logging.getLogger(__name__)

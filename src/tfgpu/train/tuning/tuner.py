@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from tfgpu.errors import ConfigError
-from tfgpu.train.options import Config, TuneOptions
-from tfgpu.train.tuning.result import ROUNDS, Trial, short
+from tfgpu.train.pieces.options import Config, TuneOptions
+from tfgpu.train.pieces.tuned import ROUNDS, Trial, short
 
 STEPS = (1, 4, 16, 64, 256, 1024)
 MIN_GAIN = 1.03  # a choice must gain at least this (median of the paired rounds)
@@ -506,7 +506,7 @@ class Tuner:
 
     def _agrees(self, base: Config, candidate: Config, *, rtol: float, what: str) -> tuple[bool, str]:
         """The loss after the same steps from the same state, with ``base`` and ``candidate``."""
-        from tfgpu.train import execution
+        from tfgpu.train.step import execution
 
         steps = 4 * base.steps_per_execution
         losses = []

@@ -1,11 +1,11 @@
 """``tfgpu.Trainer``: a training loop correct under every tf.distribute strategy, and fast on a GPU.
 
 Three parts, each its own module: a ``Setup`` (the model as it trains, the strategy, the inputs
-and the compiled functions: ``train.setup``), a loop over it (``train.loop``; under
-ParameterServerStrategy ``train.ps_loop``), and, with ``tune``, a tuning session
+and the compiled functions: ``train.loop.setup``), a loop over it (``train.loop.training``; under
+ParameterServerStrategy ``train.loop.ps_loop``), and, with ``tune``, a tuning session
 (``train.tuning.session``) that measures configurations and hands back the one to train in. The
 Trainer joins them: it builds the setup and the loop, runs the tuning and the proof
-(``train.proof``) before the first step, and moves to the setup a tuning chose.
+(``train.model.proof``) before the first step, and moves to the setup a tuning chose.
 """
 
 from __future__ import annotations
@@ -18,16 +18,18 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
-from tfgpu.train import adapters, placement, proof, remat
-from tfgpu.train import callbacks as callback_setup
-from tfgpu.train.loop import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
-from tfgpu.train.options import Config, TrainOptions
-from tfgpu.train.ps_loop import ParameterServerLoop
-from tfgpu.train.result import Progress, TrainResult
-from tfgpu.train.setup import Setup
-from tfgpu.train.task import Task
-from tfgpu.train.tuning import result as tuning_result
-from tfgpu.train.tuning.result import Tuning, input_options
+from tfgpu.train.inputs import adapters
+from tfgpu.train.loop.ps_loop import ParameterServerLoop
+from tfgpu.train.loop.result import Progress, TrainResult
+from tfgpu.train.loop.setup import Setup
+from tfgpu.train.loop.training import Counters, EpochLoop, Loop, OutOfMemoryError, Validation, check_length
+from tfgpu.train.model import placement, proof
+from tfgpu.train.pieces import callbacks as callback_setup
+from tfgpu.train.pieces import remat
+from tfgpu.train.pieces import tuned as tuning_result
+from tfgpu.train.pieces.options import Config, TrainOptions
+from tfgpu.train.pieces.task import Task
+from tfgpu.train.pieces.tuned import Tuning, input_options
 from tfgpu.train.tuning.session import Session
 
 log = logging.getLogger(__name__)
@@ -278,7 +280,7 @@ class Trainer:
 
     def _proves(self) -> bool:
         """Whether the loop compares the replicas' step with one device's on the run's first
-        batch before it trains on it (``train.proof``): on several replicas, at a run's start,
+        batch before it trains on it (``train.model.proof``): on several replicas, at a run's start,
         once per model and compiled state."""
         setup = self.setup
         if setup.replicas < 2 or self.loop.counters.step or self.resumed_from or setup.direct:

@@ -35,7 +35,7 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train.layers import leaf_layers
+from tfgpu.train.pieces.layers import leaf_layers
 
 _INSTALLED = False
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tfgpu.errors import ConfigError
-from tfgpu.train.options import KNOBS, POLICIES, Config
+from tfgpu.train.pieces.options import KNOBS, POLICIES, Config
 
 ROUNDS = 3  # the rounds a comparison is planned for (the tuner's budget forecast); most end there
 FILE = "tfgpu-tuning.json"

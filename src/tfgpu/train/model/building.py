@@ -14,8 +14,8 @@ from typing import Any
 
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
-from tfgpu.train import model_cache
-from tfgpu.train.placement import moved_in
+from tfgpu.train.model.placement import moved_in
+from tfgpu.train.pieces import model_cache
 
 
 def build(model: Any, strategy: Any, element_spec: Any) -> None:
@@ -137,7 +137,9 @@ def _symbolic_build(model: Any, strategy: Any, element_spec: Any) -> None:
         with warnings.catch_warnings():  # Keras's try of a build() the model does not define
             warnings.filterwarnings("ignore", message=r"`build\(\)` was called on layer")
             model._symbolic_build(data_batch=element_spec)
-    except RuntimeError:
+    except RuntimeError as exc:
+        if isinstance(exc.__context__, ValueError):  # the model's own error: Keras < 3.14 wrapped it
+            raise exc.__context__ from None
         inner = list(model._flatten_layers(include_self=False))
         if (
             inner

@@ -27,17 +27,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from tfgpu.errors import ConfigError
-from tfgpu.train import model_cache, remat
+from tfgpu.train.pieces import model_cache, remat
 
 if TYPE_CHECKING:
-    from tfgpu.train.task import Task
+    from tfgpu.train.pieces.task import Task
 
 log = logging.getLogger(__name__)
 
 
 def from_task(task: Task) -> Any:
     """Call ``task.model()`` (in the caller's strategy scope) and compile it with the Task's loss."""
-    from tfgpu.train.task import make_optimizer, resolve_loss
+    from tfgpu.train.pieces.task import make_optimizer, resolve_loss
 
     model = task.model()
     if _is_keras_model(model):

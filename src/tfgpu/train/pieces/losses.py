@@ -52,7 +52,7 @@ def check_keras() -> Any:
     if not all(callable(getattr(keras_loss, name, None)) for name in names):
         raise RuntimeError(
             f"keras.src.losses.loss no longer has {' / '.join(names)}: tfgpu's scaling of losses "
-            "for the replicas (tfgpu/train/losses.py) needs updating for this Keras"
+            "for the replicas (tfgpu/train/pieces/losses.py) needs updating for this Keras"
         )
     return keras_loss
 

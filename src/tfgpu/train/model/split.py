@@ -10,7 +10,7 @@ that, with no change to Keras's step:
   devices only, and MultiWorkerMirroredStrategy's devices cannot be chosen per worker, so a split
   model trains on one worker (refused on several, with that said);
 - the model is re-created in the strategy's scope, its layers (in the model's order) cut into K
-  stages of about equal memory (``train.footprint``: weights and activations); while stage s's
+  stages of about equal memory (``train.step.footprint``: weights and activations); while stage s's
   layers build, a variable creator entered *outside* the strategy's scope moves each component
   the strategy creates from its replica's device to that replica's group's device s: the
   strategy still mirrors, reduces and updates the variable, on the devices its components are on;
@@ -123,12 +123,12 @@ def strategy_for(split: Split) -> Any:
 
 def stages(model: Any, k: int, *, batch: int) -> list[list[Any]]:
     """The model's layers in order, cut into ``k`` contiguous stages of about equal bytes
-    (weights + activations at ``batch``; ``train.footprint``'s estimate)."""
+    (weights + activations at ``batch``; ``train.step.footprint``'s estimate)."""
     import math
 
     import tensorflow as tf
 
-    from tfgpu.train import footprint
+    from tfgpu.train.step import footprint
 
     layers = _layers(model)
     active = {id(layer): out for layer, out in footprint.layer_outputs(model)}
@@ -272,7 +272,7 @@ def build(model: Any, split: Split, *, batch: int) -> tuple[Any, Any]:
     import keras
     import tensorflow as tf
 
-    from tfgpu.train import rehoming
+    from tfgpu.train.model import rehoming
 
     parts = stages(model, split.per_replica, batch=batch)
     stage_of = {id(layer): s for s, part in enumerate(parts) for layer in part}
@@ -314,9 +314,10 @@ def placed(
 ) -> tuple[Any, Any]:
     """(strategy, ``model``'s copy split over ``devices_per_replica`` devices per replica) holding
     ``model``'s weights and optimizer state now; made once per model and split, re-made when the
-    model is re-compiled (as ``train.rehoming.recreate`` keeps its copies). ``batch``: the examples
+    model is re-compiled (as ``train.model.rehoming.recreate`` keeps its copies). ``batch``: the examples
     per replica (the stages are weighed at it)."""
-    from tfgpu.train import model_cache, rehoming
+    from tfgpu.train.model import rehoming
+    from tfgpu.train.pieces import model_cache
 
     split = plan(devices_per_replica, micro_batches=micro_batches, strategy=strategy)
     if strategy is not None:  # plan() refused one over several workers

@@ -3,7 +3,7 @@ once from a Task and where its model runs: a ``placement.Placement`` decided alr
 (``tfgpu.fit``'s, a tuning variant's), or the Task's model made in the strategy's scope, or a split
 (``options.Placement``). The compiled step is ``execution.compiled``'s.
 
-The loop (``train.loop``) runs over a setup and the tuning session (``train.tuning.session``)
+The loop (``train.loop.training``) runs over a setup and the tuning session (``train.tuning.session``)
 measures setups of other configurations (``Setup.variant``); neither builds a model or an input
 itself. Keras's base trainer / backend trainer split is the shape: what a model and strategy are
 (here) apart from how steps are run (``loop``).
@@ -18,13 +18,15 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import ConfigError
-from tfgpu.train import adapters, building, inputs, split
-from tfgpu.train import model as model_setup
-from tfgpu.train.evaluation import input_for
-from tfgpu.train.options import Placement
-from tfgpu.train.placement import Placement as Placed
-from tfgpu.train.placement import copy_in, place
-from tfgpu.train.task import Task
+from tfgpu.train.inputs import adapters
+from tfgpu.train.inputs import readers as inputs
+from tfgpu.train.loop.evaluation import input_for
+from tfgpu.train.model import building, split
+from tfgpu.train.model import user_model as model_setup
+from tfgpu.train.model.placement import Placement as Placed
+from tfgpu.train.model.placement import copy_in, place
+from tfgpu.train.pieces.options import Placement
+from tfgpu.train.pieces.task import Task
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from tfgpu import graphs
-from tfgpu.train import accumulation, losses, model_cache, stopping
+from tfgpu.train.pieces import accumulation, losses, model_cache, stopping
 
 
 class Executed(NamedTuple):
@@ -204,14 +204,14 @@ class Extras:
     - ``finite``: the count of steps with a finite loss (``first_bad``);
     - ``rows``: the rows counted from the batch shapes (``examples``);
     - ``step_logs``: a step's own outputs carried when they are not the metric results;
-    - ``sharing``: each replica's loss scaled by its share of the rows (``train.losses``);
+    - ``sharing``: each replica's loss scaled by its share of the rows (``train.pieces.losses``);
     - ``fetch_ahead``: the next batch fetched in a ``tf.cond`` at the end of the body (off: at
       the top of the next iteration);
     - ``host_stop``: the loop's condition an int32 comparison kept in host memory (off: the
       bool op it was before, which a GPU computes and the loop copies back each step;
       ``in_graph_loop``). Not an extra but the loop's shape: on in every execution,
       off only in the ablation bench's row.
-    - ``stoppable``: a run asked to stop ends the call after its step (``train.stopping``: in
+    - ``stoppable``: a run asked to stop ends the call after its step (``train.pieces.stopping``: in
       one process the loop's condition reads the stop cap each step; under several workers the
       call ends with the all-reduce that makes them agree).
     """
@@ -240,7 +240,7 @@ def compiled(
 ) -> Any:
     """``model``'s compiled "train" execution (with or without XLA; ``known``: every call takes
     its whole limit, see ``in_graph_loop``), "skip" or "metrics" function under ``strategy``,
-    made once per model, strategy and compiled state (``train.model_cache``): the loop calls it
+    made once per model, strategy and compiled state (``train.pieces.model_cache``): the loop calls it
     as it is, the tuner times it through ``rate``, and diagnose profiles it. The key holds the
     strategy object (a freed one's id is reused)."""
 
@@ -375,7 +375,8 @@ def eval_execution(strategy: Any, model: Any, counter: Any) -> Callable[[Any, An
 
         def run() -> Any:
             with losses.unscaled():  # in the replica's thread: its loss its own mean, as one device's
-                outputs = model.test_step(batch)
+                # tensors: Keras < 3.14 returns Python floats from a step run eagerly (run_eagerly)
+                outputs = tf.nest.map_structure(tf.convert_to_tensor, model.test_step(batch))
             shapes[:] = [tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype), outputs)]
             with tf.control_dependencies(tf.nest.flatten(outputs)):
                 return counter.assign_add(tf.cast(rows, tf.float32)), outputs
@@ -423,7 +424,7 @@ def timed(
     execute: Callable[[Any, Any], Executed], iterator: Any, *, steps: int, per_call: int
 ) -> tuple[float, list[float], list[Executed]]:
     """``steps`` steps from ``iterator``, ``per_call`` per compiled call (``execute``, a
-    ``train.execution`` function), nothing read back until the end: the seconds they took, when
+    ``train.step.execution`` function), nothing read back until the end: the seconds they took, when
     each call was made (from the start), and each call's outputs."""
     outputs, starts = [], []
     per = limit(per_call)
@@ -436,7 +437,7 @@ def timed(
 
 
 def traced(execute: Any, iterator: Any, *, per_call: int) -> None:
-    """Trace ``execute`` (a ``train.execution`` function) for ``iterator`` without running it:
+    """Trace ``execute`` (a ``train.step.execution`` function) for ``iterator`` without running it:
     what its first call then costs past a steady one is the compile (``tuning``'s XLA). An
     execution run eagerly (``graphs.traced``) has nothing to trace."""
     if hasattr(execute, "get_concrete_function"):
@@ -564,7 +565,7 @@ def in_graph_loop(
     and run the body in a ``tf.cond`` on its presence, the other shape of this loop.
 
     ``stoppable`` (training, in one process): the condition also reads the stop cap, so a run
-    asked to stop ends the call after the step it is in (``train.stopping``).
+    asked to stop ends the call after the step it is in (``train.pieces.stopping``).
     """
     import tensorflow as tf
 

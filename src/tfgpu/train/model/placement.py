@@ -23,8 +23,8 @@ from typing import Any
 from tfgpu import distribute
 from tfgpu.errors import ConfigError
 from tfgpu.text import error_line
-from tfgpu.train import model_cache, split
-from tfgpu.train.rehoming import (
+from tfgpu.train.model import split
+from tfgpu.train.model.rehoming import (
     adopt_optimizer,
     back,
     copy,
@@ -41,6 +41,7 @@ from tfgpu.train.rehoming import (
     sent_home,
     transfer,
 )
+from tfgpu.train.pieces import model_cache
 
 __all__ = [
     "Placement",
@@ -98,7 +99,7 @@ def place(
     ``x_shape`` (the data's, ``adapters.Adapter.x_shape``): a Sequential without ``Input`` is
     built for it first, as Keras's ``fit`` builds it at its first batch. ``split_as`` (an
     ``options.Placement`` asking ``devices_per_replica``): a copy split over each replica's
-    devices, its stages weighed at ``global_batch`` (``train.split``). Unasked, the model's own
+    devices, its stages weighed at ``global_batch`` (``train.model.split``). Unasked, the model's own
     strategy; for a model from no scope, ``choose()`` (tfgpu's choice) when it gives several
     replicas or workers, else TensorFlow's default strategy, which runs the model as it is. A
     model made outside ``strategy``'s scope is moved into it in place (``recreate``: ``rehome``,

@@ -37,9 +37,9 @@ from tfgpu.graphs import as_written
 from tfgpu.text import counted
 
 if TYPE_CHECKING:
-    from tfgpu.train.task import Task
+    from tfgpu.train.pieces.task import Task
 
-Adapter = Any  # a ``train.adapters.Adapter`` (adapters imports this module, not the other way)
+Adapter = Any  # a ``train.inputs.adapters.Adapter`` (adapters imports this module, not the other way)
 
 
 def input_of(adapter: Adapter, *, converted: tuple[Any, int] | None = None, **reading: Any) -> Input:

@@ -3,7 +3,7 @@
 Keras 3's ``model.fit`` fails under MultiWorkerMirroredStrategy (keras-team/keras#20585) and under
 ParameterServerStrategy, so tfgpu owns the loop and tests it against Keras on a single device. What
 runs each step is Keras's: the model's own ``train_step`` (its compiled loss, metrics, optimizer,
-regularization, loss scaling, or the user's override; see ``tfgpu.train.model``). The loop's shape
+regularization, loss scaling, or the user's override; see ``tfgpu.train.model.user_model``). The loop's shape
 is orbit's: one compiled function runs an execution (up to K steps, each taking its batch from the
 iterator inside the graph, see ``execution``) and returns device-side accumulators; the host
 dispatches executions without reading them and, once per log window, reads them and runs the hooks
@@ -29,15 +29,17 @@ from typing import Any
 
 from tfgpu import choices, distribute
 from tfgpu.errors import RESUMABLE, ConfigError, StoppedOnRequest, TfgpuError
-from tfgpu.train import callbacks as callback_setup
-from tfgpu.train import execution, proof, stopping
-from tfgpu.train.callbacks import pythonify
-from tfgpu.train.checkpoints import Checkpoints, KeptEpoch, RunShape
-from tfgpu.train.evaluation import Evaluation, evaluator_for
-from tfgpu.train.options import TrainOptions
-from tfgpu.train.result import Progress, TrainResult
-from tfgpu.train.setup import Setup
-from tfgpu.train.windows import RunLog, Window
+from tfgpu.train.loop.evaluation import Evaluation, evaluator_for
+from tfgpu.train.loop.result import Progress, TrainResult
+from tfgpu.train.loop.setup import Setup
+from tfgpu.train.loop.windows import RunLog, Window
+from tfgpu.train.model import proof
+from tfgpu.train.pieces import callbacks as callback_setup
+from tfgpu.train.pieces import stopping
+from tfgpu.train.pieces.callbacks import pythonify
+from tfgpu.train.pieces.checkpoints import Checkpoints, KeptEpoch, RunShape
+from tfgpu.train.pieces.options import TrainOptions
+from tfgpu.train.step import execution
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ class OutOfMemoryError(TfgpuError):
 def out_of_memory(model: Any, strategy: Any, *, batch: int, global_batch: int) -> OutOfMemoryError:
     """The error for a step of ``batch`` per replica that ran out of device memory: the step's
     fixed and per-example bytes (``tfgpu.memory``) and the fixes with their numbers."""
-    from tfgpu.train import footprint
+    from tfgpu.train.step import footprint
 
     what = f"Out of device memory in a training step at {batch} examples per replica (global batch {global_batch})"
     try:
@@ -244,7 +246,7 @@ class Loop:
         ops is aborted by: Shape mismatch ... expected shape [40,4] but another member ...
         [80,4]"; Keras's own fit with steps_per_execution=4 aborts alike). In a call of its own
         it trains as Keras's one step a call does; the cost is one call more an epoch."""
-        from tfgpu.train.model import looked_up
+        from tfgpu.train.model.user_model import looked_up
 
         return self.setup.strategy.num_replicas_in_sync > 1 and bool(looked_up(self.model))
 
@@ -317,7 +319,7 @@ class Loop:
 
     @contextlib.contextmanager
     def stoppable(self) -> Iterator[None]:
-        """While the loop trains: the stop signals ask it to stop (``train.stopping``); at the
+        """While the loop trains: the stop signals ask it to stop (``train.pieces.stopping``); at the
         call where it stops (``stopping.Asked``) it saves and raises ``StoppedOnRequest``."""
         across = distribute.collective_workers(self.setup.strategy)  # agreed in the calls' graphs
         with stopping.watching(across_workers=across, is_chief=self.setup.is_chief) as self.stop:
@@ -483,7 +485,7 @@ class EpochLoop(Loop):
             source.stopped_at(iterator, epoch, self.counters.epoch_step, exhausted=exhausted)
 
     def _prove(self, iterator: Any, callbacks: Any, run: RunLog) -> None:
-        """``train.proof`` on the run's own first batch, taken from the epoch's iterator and
+        """``train.model.proof`` on the run's own first batch, taken from the epoch's iterator and
         trained on there as the loop's first step: the data is read once, as the run reads it
         (a dataset's shuffle, a generator), whatever its kind. Once a run. The step counts in
         the epoch's steps and the run's warm-up; with K steps a call, the first call then takes

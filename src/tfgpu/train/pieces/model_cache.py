@@ -29,7 +29,7 @@ class _Entry:
     checked: set[str] = field(default_factory=set)
     # the strategy tfgpu moved the model into (it may move it again; ``sent_home`` keeps it)
     moved_to: Any = None
-    proved: list[Any] = field(default_factory=list)  # the strategies ``train.proof`` compared on
+    proved: list[Any] = field(default_factory=list)  # the strategies ``train.model.proof`` compared on
 
 
 ATTRIBUTE = "_tfgpu_cache"  # on the model itself, as Keras keeps train_function there
@@ -175,7 +175,7 @@ def copies(model: Any) -> dict[Any, Any]:
 
 
 def proved(model: Any, strategy: Any) -> bool:
-    """Whether ``train.proof`` compared ``model``'s step on ``strategy``'s replicas with one
+    """Whether ``train.model.proof`` compared ``model``'s step on ``strategy``'s replicas with one
     device's in its compiled state and variables (once per model, compiled state and strategy)."""
     return any(s is strategy for s in _entry(model).proved)
 

@@ -2,7 +2,7 @@
 
 Loss, metrics and optimizer are Keras's own: a Task compiles the model it builds with whatever
 ``Model.compile`` takes, or takes a model its builder already compiled. tfgpu has no loss or
-metric of its own (``tfgpu.train.model``, ``building``).
+metric of its own (``tfgpu.train.model.user_model``, ``building``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tfgpu.errors import ConfigError
 # batched by the per-replica batch (built once, iterated each epoch; add an ``epoch`` keyword to be
 # called each epoch); a tfgpu dataset directory (its manifest has the label); arrays in memory,
 # (x, y) or (x, y, sample_weight), x an array or a dict of arrays; or a ``GlobalBatches`` (a
-# tf.data.Dataset of global batches, as Keras's ``fit`` takes it; see tfgpu.train.inputs).
+# tf.data.Dataset of global batches, as Keras's ``fit`` takes it; see tfgpu.train.inputs.readers).
 DataSource = Callable[..., Any] | str | os.PathLike | tuple | Any
 
 

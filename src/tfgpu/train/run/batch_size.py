@@ -8,12 +8,12 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train.task import Task
+from tfgpu.train.pieces.task import Task
 
 
 def _trial(task: Task, strategy: Any) -> Callable[[int], bool]:
-    from tfgpu.train.loop import OutOfMemoryError
-    from tfgpu.train.trainer import Trainer
+    from tfgpu.train.loop.training import OutOfMemoryError
+    from tfgpu.train.run.trainer import Trainer
 
     def fits(batch: int) -> bool:
         try:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import inputs
+from tfgpu.train.inputs import readers as inputs
 
 DEFAULT_BATCH = 32  # Keras's
 

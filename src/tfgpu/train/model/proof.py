@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from tfgpu import graphs
-from tfgpu.train import model_cache, placement
+from tfgpu.train.model import placement
+from tfgpu.train.pieces import model_cache
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def _proved(model: Any, strategy: Any, batch: Any, step: Callable[[Any], None]) 
     _assign(variables, before)
     model_cache.mark_proved(model, strategy)
     trained = [i for i, v in enumerate(variables) if v.trainable]
-    from tfgpu.train.model import looked_up
+    from tfgpu.train.model.user_model import looked_up
 
     return _compare(
         variables, trained, before, after_n, after_1, logged_n, logged_1, replicas, looked_up(model)
@@ -186,7 +187,7 @@ def _replicas_step(strategy: Any, model: Any, batch: Any) -> Callable[[Any], Non
     """fn(batch): the model's ``train_step`` run once on ``strategy``, as the loop runs it, for
     any rows of ``batch``'s structure (one trace: its batch dimension is left free where every
     part is a plain tensor)."""
-    from tfgpu.train import losses
+    from tfgpu.train.pieces import losses
 
     def step(batch: Any) -> None:
         with losses.scaled_as_one_device():

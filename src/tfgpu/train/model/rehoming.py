@@ -18,7 +18,7 @@ from typing import Any
 from tfgpu import choices
 from tfgpu.errors import ConfigError
 from tfgpu.text import counted, error_line
-from tfgpu.train import model_cache, remat
+from tfgpu.train.pieces import model_cache, remat
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def check_keras_variables() -> None:
     ):
         raise RuntimeError(
             "Keras's variables no longer hold a tf.Variable as _value made by _initialize: tfgpu's re-homing "
-            "of a model made outside a strategy's scope (tfgpu/train/rehoming.py: rehome) needs updating"
+            "of a model made outside a strategy's scope (tfgpu/train/model/rehoming.py: rehome) needs updating"
         )
 
 

@@ -242,7 +242,7 @@ def layer_outputs(model: Any) -> list[tuple[Any, int]]:
     """(leaf layer, bytes of its outputs for one example), from one forward pass."""
     import tensorflow as tf
 
-    from tfgpu.train.layers import leaf_layers
+    from tfgpu.train.pieces.layers import leaf_layers
 
     leaves = leaf_layers(model)
     seen: list[tuple[Any, int]] = []
@@ -302,7 +302,7 @@ def _measured(
     """Allocator peaks of a forward and backward pass at ``batch_size`` and twice it."""
     import tensorflow as tf
 
-    from tfgpu.train.execution import restored
+    from tfgpu.train.step.execution import restored
 
     reader = reader or _peak
     peaks = []

@@ -18,10 +18,10 @@ from typing import Any
 from tfgpu import graphs, verdict
 from tfgpu.errors import ConfigError, TfgpuError
 from tfgpu.monitor import Monitor
-from tfgpu.train.callbacks import pythonify
-from tfgpu.train.execution import Executed
-from tfgpu.train.options import TrainOptions
-from tfgpu.train.result import Progress, Steady, TrainResult, WarmEpoch, WarmUp
+from tfgpu.train.loop.result import Progress, Steady, TrainResult, WarmEpoch, WarmUp
+from tfgpu.train.pieces.callbacks import pythonify
+from tfgpu.train.pieces.options import TrainOptions
+from tfgpu.train.step.execution import Executed
 
 
 @dataclass

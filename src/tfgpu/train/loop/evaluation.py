@@ -11,13 +11,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tfgpu import distribute
-from tfgpu.train import building, execution, inputs, model_cache
-from tfgpu.train import callbacks as callback_setup
-from tfgpu.train.callbacks import pythonify
+from tfgpu.train.inputs import readers as inputs
+from tfgpu.train.model import building
+from tfgpu.train.pieces import callbacks as callback_setup
+from tfgpu.train.pieces import model_cache
+from tfgpu.train.pieces.callbacks import pythonify
+from tfgpu.train.step import execution
 
 if TYPE_CHECKING:
-    from tfgpu.train.adapters import Adapter
-    from tfgpu.train.task import Task
+    from tfgpu.train.inputs.adapters import Adapter
+    from tfgpu.train.pieces.task import Task
 
 ALL = 2**31 - 1
 

@@ -1,6 +1,6 @@
 """What a training run is asked to do: ``TrainOptions``, with its ``Placement`` and its tuning's
 ``TuneOptions``; and what it trains with, ``Config`` (one configuration of the run's step, the
-one a tuning replaces whole). What it reports is ``train.result``.
+one a tuning replaces whole). What it reports is ``train.loop.result``.
 
 One tree, built once at the edge: ``tfgpu.fit``, ``Trainer``, ``tfgpu train`` and ``tfgpu tune``
 all make it with ``TrainOptions.of`` from the flat keywords they take, and every field is checked
@@ -191,7 +191,7 @@ class TrainOptions:
             ``tfgpu train --config``), without measuring.
         prove: before the first step on several replicas, run the model's own step once on them
             and once on one device from the same state and rows, and say whether they agree
-            (``train.proof``); the variables are left as they were.
+            (``train.model.proof``); the variables are left as they were.
         placement: remat and the model's split over devices (``Placement``).
 
     ``TrainOptions.of`` takes every field flat (``remat=``, ``devices_per_replica=`` included).
@@ -216,7 +216,7 @@ class TrainOptions:
             object.__setattr__(self, "tune", TuneOptions.from_arg(self.tune))
         if not isinstance(self.placement, Placement):
             raise ConfigError(
-                "placement must be a tfgpu.train.options.Placement",
+                "placement must be a tfgpu.train.pieces.options.Placement",
                 value=type(self.placement).__name__,
                 fix="pass remat=, devices_per_replica=, micro_batches= (TrainOptions.of takes them flat)",
             )

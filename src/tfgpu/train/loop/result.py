@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfgpu import verdict
-from tfgpu.train.proof import Proof
-from tfgpu.train.tuning.result import Tuning
+from tfgpu.train.model.proof import Proof
+from tfgpu.train.pieces.tuned import Tuning
 
 
 @dataclass

@@ -8,10 +8,11 @@ from typing import Any
 
 from tfgpu import choices
 from tfgpu.errors import ConfigError
-from tfgpu.train import execution, stopping
-from tfgpu.train.loop import Loop, Validation
-from tfgpu.train.result import TrainResult
-from tfgpu.train.windows import Window
+from tfgpu.train.loop.result import TrainResult
+from tfgpu.train.loop.training import Loop, Validation
+from tfgpu.train.loop.windows import Window
+from tfgpu.train.pieces import stopping
+from tfgpu.train.step import execution
 
 
 class ParameterServerLoop(Loop):
