@@ -8,16 +8,23 @@ through :mod:`tfgpu.testing`; the functions those children run live in ``bodies.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
+import platform
 import subprocess
 import sys
 import tempfile
 
-import numpy.testing  # noqa: F401  NumPy 1.26 runs lscpu when first imported: here, not in a test
+import numpy.testing  # noqa: F401  (NumPy 1.26 runs lscpu when it is first imported: see below)
 import pytest
 
 from support import processes, replicas
 
+# What libraries start a process for once, lazily, is started here (numpy.testing's import above,
+# and platform.processor(), which runs uname -p once: Ray and Keras ask), not in the first test
+# that reaches it, which would fail for starting a process without its marker.
+platform.processor()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Ray's local clusters (test_ray, docs/ray.md's blocks) send no usage report: nothing leaves this machine
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -46,29 +53,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # -- the logical CPU devices -----------------------------------------------------------------------
-# The pytest process runs on 3 logical CPU devices, configured before TensorFlow initializes its
-# devices, but only in a process that imports TensorFlow: the tests that build no model (make
-# test-unit) never pay for its import. A test file that imports TensorFlow is configured when
-# collection ends; one whose tests import it in their bodies, before each test.
-_CONFIGURED: list[bool] = []
+# The pytest process runs on 3 logical CPU devices, configured the moment TensorFlow is imported
+# (before anything can initialize its devices: a module may build a dataset at import), and only
+# in a process that imports it: the tests that build no model (make test-unit) never pay for it.
+class _ConfigureOnImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            _logical_cpus()
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
 def _logical_cpus() -> None:
-    if not _CONFIGURED and "tensorflow" in sys.modules:
-        import tfgpu
+    import tfgpu
 
-        tfgpu.configure(logical_cpus=replicas.LOGICAL_CPUS)
-        _CONFIGURED.append(True)
+    tfgpu.configure(logical_cpus=replicas.LOGICAL_CPUS)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+if "tensorflow" in sys.modules:  # a plugin imported it before this file
     _logical_cpus()
-
-
-@pytest.fixture(autouse=True)
-def _devices_configured():
-    _logical_cpus()
-    yield
+else:
+    sys.meta_path.insert(0, _ConfigureOnImport())
 
 
 @pytest.fixture
@@ -105,35 +118,46 @@ def _unmarked(request, marker: str, did: str):
     )
 
 
-@pytest.fixture(autouse=True)
-def _processes_carry_their_marker(request, monkeypatch):
-    if request.node.get_closest_marker("process") is not None:
-        yield
-        return
-    real = subprocess.Popen.__init__
+def _guard(request, monkeypatch, marker: str, owner: type, did) -> None:
+    """``owner(...)`` in a test without ``marker`` fails it (or is recorded); ``did(args, kwargs)``
+    says what the test did."""
+    real = owner.__init__
 
     def guarded(self, *args, **kwargs):
-        _unmarked(request, "process", f"starts a process ({args[0] if args else kwargs.get('args')!r})")
+        _unmarked(request, marker, did(self, args, kwargs))
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+    monkeypatch.setattr(owner, "__init__", guarded)
+
+
+@pytest.fixture(autouse=True)
+def _processes_carry_their_marker(request, monkeypatch):
+    if request.node.get_closest_marker("process") is None:
+        _guard(
+            request,
+            monkeypatch,
+            "process",
+            subprocess.Popen,
+            lambda _, args, kwargs: f"starts a process ({args[0] if args else kwargs.get('args')!r})",
+        )
     yield
 
 
 @pytest.fixture(autouse=True)
 def _models_carry_their_marker(request, monkeypatch):
-    if request.node.get_closest_marker("model") is not None or "keras" not in sys.modules:
-        yield
-        return
-    from keras.src.trainers import trainer  # every Model (functional, Sequential, subclassed) starts here
+    # tests the unit lane leaves out already (processes, clocks, heavy) need not say it
+    elsewhere = any(request.node.get_closest_marker(m) for m in ("model", "process", "timing", "heavy"))
+    if not elsewhere and "keras" in sys.modules:
+        # every Model (functional, Sequential, subclassed) starts in Trainer.__init__
+        from keras.src.trainers import trainer
 
-    real = trainer.Trainer.__init__
-
-    def guarded(self, *args, **kwargs):
-        _unmarked(request, "model", f"builds a Keras model ({type(self).__name__})")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(trainer.Trainer, "__init__", guarded)
+        _guard(
+            request,
+            monkeypatch,
+            "model",
+            trainer.Trainer,
+            lambda model, *_: f"builds a Keras model ({type(model).__name__})",
+        )
     yield
 
 

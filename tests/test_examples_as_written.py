@@ -10,12 +10,12 @@ overrides, callbacks and data pipelines. The only change a user makes is ``model
 names the example and every line that differs from it.
 
 Each example runs twice through the same function, and the two runs must agree (histories to rel
-1e-5, weights, evaluate and predict; ``test_guides.same_runs``): once with Keras's own methods, on
+1e-5, weights, evaluate and predict; ``support.parity.same``): once with Keras's own methods, on
 one device from the same initial weights (``keras.utils.set_random_seed`` before anything is
 built; ``shuffle=False`` for arrays), once with tfgpu's on 2 replicas. Where a figure is per
 replica (Dropout's masks, random augmentation layers, a loss added with ``add_loss``, which Keras
 scales by 1/replicas), the reference is Keras's own fit of the same model moved into the same
-2-replica MirroredStrategy in place (``test_guides.KerasUnder``), and the docstring says so.
+2-replica MirroredStrategy in place (``support.parity.KerasUnder``), and the docstring says so.
 
 Row counts mostly fill every training batch, as they were chosen when tfgpu dropped a short last
 batch of arrays (it trains it now, as Keras does: docs/from-model-fit.md). A name the

@@ -12,12 +12,12 @@ differs from it. Where the stored example is its tf.keras version, ``from tensor
 keras`` is read as ``import keras`` (the same Keras 3 under TensorFlow 2.16 and later).
 
 Each example runs twice through the same function, and the two runs must agree (histories to rel
-1e-5, weights, evaluate and predict; ``test_guides.same_runs``): once with Keras's own methods, on
+1e-5, weights, evaluate and predict; ``support.parity.same``): once with Keras's own methods, on
 one device from the same initial weights (``keras.utils.set_random_seed`` before anything is
 built; ``shuffle=False`` for arrays), once with tfgpu's on 2 replicas. Where a figure is per
 replica (Dropout's masks, random latent vectors in a ``train_step``, a sum over the batch), the
 reference is Keras's own fit of the same model moved into the same 2-replica MirroredStrategy in
-place (``test_guides.KerasUnder``), and the docstring says so.
+place (``support.parity.KerasUnder``), and the docstring says so.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ wrote them, each run with Keras's own methods on one device and with tfgpu's on 
 (the model made outside any scope, ``strategy=`` passed as a user passes it), and all five
 under ``tfgpu launch --nproc 2`` (MultiWorkerMirroredStrategy, 2 worker processes), every
 run compared with Keras's on one device: histories, weights, evaluations and predictions
-(``test_guides.same_runs``)."""
+(``support.parity.same``)."""
 
 from __future__ import annotations
 

@@ -155,7 +155,7 @@ def _into_placement(graph: Any, node: Any) -> list[tuple[str, int]]:
 
 
 def test_a_fit_enters_placement_from_few_call_sites_and_its_mechanics_never():
-    """Issue 67: the static walk from ``keras_fit.fit`` (``tests/call_graph.py``: every function a
+    """Issue 67: the static walk from ``keras_fit.fit`` (``tests/support/call_graph.py``: every function a
     fit may run, an upper bound) enters placement at ``SITES`` call sites or fewer; and nowhere in
     the package is the mechanics beneath it (``rehoming``, a split's copy) called from outside
     the placement code."""

@@ -102,3 +102,30 @@ def test_the_lanes_leave_out_what_their_markers_say():
     assert _makefile_selection("test-fast") == "not process and not timing and not heavy"
     assert _makefile_selection("test-unit") == "not process and not timing and not heavy and not model"
     assert _makefile_selection("test-floor") == _makefile_selection("test-fast")
+
+
+@pytest.mark.process
+def test_a_test_that_starts_a_process_or_builds_a_model_unmarked_fails_and_names_its_marker(tmp_path):
+    """conftest's guards: the lanes stay what they say only if each such test carries its marker."""
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    shutil.copytree(TESTS / "support", tmp_path / "support")
+    (tmp_path / "test_unmarked.py").write_text(
+        "import subprocess\n\nimport keras\nimport pytest\n\n\n"
+        "def test_process():\n    subprocess.run(['true'])\n\n\n"
+        "def test_model():\n    keras.Sequential([keras.layers.Dense(1)])\n\n\n"
+        "@pytest.mark.model\ndef test_marked_model():\n    keras.Sequential([keras.layers.Dense(1)])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert "2 failed, 1 passed" in done.stdout, done.stdout[-2000:]
+    assert "starts a process (['true']) without @pytest.mark.process" in done.stdout
+    assert "builds a Keras model (Sequential) without @pytest.mark.model" in done.stdout

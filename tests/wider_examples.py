@@ -1,6 +1,6 @@
 # ruff: noqa: RUF005, RUF059 - the examples' own lines, kept as written
 """Five more public examples and tutorials, as their authors wrote them (issue 68), each a function
-of ``api`` (Keras's own methods, or tfgpu's: ``test_guides.KERAS`` / ``tfgpu_with``) returning
+of ``api`` (Keras's own methods, or tfgpu's: ``support.parity.KERAS`` / ``tfgpu_with``) returning
 its histories, weights, evaluations and predictions. ``test_examples_wider.py`` runs each on one
 device with Keras and on 2 replicas with tfgpu; ``scripts/wider_examples.py`` runs them all
 under ``tfgpu launch --nproc 2``. Not a test module: the launched workers import it too.
