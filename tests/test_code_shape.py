@@ -160,7 +160,7 @@ def test_no_module_reads_another_modules_private_names():
 
 
 def test_the_private_reader_sees_both_forms():
-    source = "from tfgpu.train import model as m\nfrom tfgpu.train.model.user_model import _copy\nm._follow(1)\nm.back(1)\n"
+    source = "from tfgpu.train.model import user_model as m\nfrom tfgpu.train.model.user_model import _copy\nm._follow(1)\nm.back(1)\n"
     assert private_reads(source, "tfgpu.train.loop.training") == [
         "2: from tfgpu.train.model.user_model import _copy",
         "3: m._follow",

@@ -20,7 +20,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from support.processes import run_cli
+from support.processes import cli_environ, run_cli
 from tfgpu import data
 from tfgpu.data.convert import ConvertOptions, plan_shards
 from tfgpu.errors import ConfigError, InputError, from_graph_assertion
@@ -575,3 +575,37 @@ def test_small_work_converts_in_this_process_and_large_in_workers(arrays, tmp_pa
     assert result.shards_written == 4
     assert pooled == ([] if start_s else [3])  # the first shard here, the other 3 in the pool or not
     assert np.array_equal(read_all(out)["x"], arrays["values"]["x"])
+
+
+@pytest.mark.process
+def test_a_table_converts_and_is_read_for_prediction_without_pandas(tmp_path):
+    """pandas is no dependency of tfgpu: pyarrow < 26's ``to_pandas_dtype`` imported it, so on a
+    plain install (pyarrow 25 beside it) ``tfgpu convert rows.csv`` failed with "No module named
+    'pandas'" (make test's wheel smoke found it). A child Python that cannot import pandas
+    converts a CSV and reads a Parquet file's column types for prediction."""
+    (tmp_path / "rows.csv").write_text("a,b,y\n1,0.5,0\n2,1.5,1\n3,2.5,0\n")
+    pq.write_table(pa.table({"i": pa.array([1, 2], pa.int16()), "f": [0.5, 1.5]}), tmp_path / "rows.parquet")
+    child = (
+        "import sys\n"
+        "class NoPandas:\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'pandas':\n"
+        "            raise ModuleNotFoundError(name)\n"
+        "sys.meta_path.insert(0, NoPandas())\n"
+        "from tfgpu.cli import main\n"
+        "from tfgpu.predict.inputs import open_input\n"
+        "assert main(['convert', 'rows.csv', 'rows-ds', '--label', 'y']) == 0\n"
+        "print({name: c.dtype for name, c in open_input('rows.parquet').columns.items()})\n"
+        "import tfgpu.data\n"
+        "print(tfgpu.data.load('rows-ds').total_rows)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=cli_environ(),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "{'i': 'int16', 'f': 'float64'}" in done.stdout and done.stdout.strip().endswith("3")

@@ -225,7 +225,7 @@ def test_each_worker_s_own_devices_are_its_own(tmp_path):
     script.write_text(
         "import json, tfgpu, tensorflow as tf\n"
         "from tfgpu import distribute\n"
-        "from tfgpu.train import split\n"
+        "from tfgpu.train.model import split\n"
         "listed = [d.name for d in tf.config.list_logical_devices('CPU')]\n"
         "print(json.dumps({'listed': listed, 'own': distribute.local_devices('CPU'), "
         "'split': split.local_devices()}))\n"

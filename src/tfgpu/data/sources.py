@@ -181,18 +181,26 @@ class ImageFolderSource:
             yield row, {"image": stored, "label": np.int64(label), "_pixels": pixels}
 
 
+def numpy_dtype(arrow_type: Any) -> np.dtype:
+    """The NumPy dtype of an Arrow type's values, without pandas: pyarrow < 26's
+    ``to_pandas_dtype`` imports it, and tfgpu does not install it (a CSV failed to convert)."""
+    import pyarrow as pa
+
+    return pa.array([], type=arrow_type).to_numpy(zero_copy_only=False).dtype
+
+
 def _arrow_feature(name: str, arrow_type: Any) -> Feature:
     import pyarrow as pa
 
     if pa.types.is_boolean(arrow_type):
         return Feature("bool", (), "int64")
     if pa.types.is_integer(arrow_type):
-        dtype = np.dtype(arrow_type.to_pandas_dtype()).name
+        dtype = numpy_dtype(arrow_type).name
         return Feature(dtype, (), "raw" if dtype == "uint64" else "int64")
     if pa.types.is_float32(arrow_type):
         return Feature("float32", (), "float")
     if pa.types.is_floating(arrow_type):
-        return Feature(str(np.dtype(arrow_type.to_pandas_dtype())), (), "raw")
+        return Feature(str(numpy_dtype(arrow_type)), (), "raw")
     if (
         pa.types.is_string(arrow_type)
         or pa.types.is_large_string(arrow_type)

@@ -115,12 +115,14 @@ class TableInput(InputSource):
     def _column(field: Any) -> Column:
         import pyarrow as pa
 
+        from tfgpu.data.sources import numpy_dtype
+
         kind = field.type
         if pa.types.is_list(kind) or pa.types.is_large_list(kind):
-            return Column(np.dtype(kind.value_type.to_pandas_dtype()).name, (None,))
+            return Column(numpy_dtype(kind.value_type).name, (None,))
         if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_binary(kind):
             return Column("string", ())
-        return Column(np.dtype(kind.to_pandas_dtype()).name, ())
+        return Column(numpy_dtype(kind).name, ())
 
     def _batches(self) -> Iterator[Any]:
         if self.path.suffix.lower() == ".csv":
