@@ -9,12 +9,12 @@ import numpy as np
 ROWS = 960  # 768 training rows after validation_split=0.2: 16 batches of 48
 
 
-def linear_data(rows: int, *, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """8 normal features and a linear target: the small regression the big-model and tuning
-    tests train (their weights are compared, so the rows and seed are theirs)."""
+def linear_data(rows: int, *, features: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Normal features and a linear target: the small regression most comparisons train (their
+    weights are compared, so the rows, features and seed are theirs)."""
     rng = np.random.default_rng(seed)
-    x = rng.normal(size=(rows, 8)).astype("float32")
-    return x, (x @ rng.normal(size=(8, 1))).astype("float32")
+    x = rng.normal(size=(rows, features)).astype("float32")
+    return x, (x @ rng.normal(size=(features, 1))).astype("float32")
 
 
 def binary_data(rows: int = ROWS) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfgpu
+from fit_models import linear_data
 from support.parity import same
 from support.replicas import local_strategy
 
@@ -17,9 +18,7 @@ FIT = dict(batch_size=16, epochs=2, shuffle=False, verbose=0)
 
 
 def regression(rows: int = 64, features: int = 4):
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(rows, features)).astype("float32")
-    return x, (x @ rng.normal(size=(features, 1))).astype("float32")
+    return linear_data(rows, features=features)
 
 
 OPTIMIZERS = {
