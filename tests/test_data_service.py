@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from support.processes import run_cli
-from tfgpu.data.service import reachable
+from tfgpu.data.service import DataService, ServiceOptions, reachable
 from tfgpu.errors import InputError
 
 
@@ -419,3 +419,16 @@ def test_train_fails_in_bounded_time_when_the_service_goes_away(tmp_path):
         for process in (server, train):
             if process.poll() is None:
                 process.kill()
+
+
+def test_a_signal_after_the_service_says_it_serves_stops_it_cleanly():
+    """``tfgpu data-service`` printed its address, then set its SIGINT handler in ``wait``: a Ctrl-C
+    between the two (the floor lane's run signalled right after the JSON line) ended it with
+    KeyboardInterrupt's 130. The handler now comes before the line (``stop_on_signals``): a signal
+    then asks ``wait`` to stop, and the old handler is back after."""
+    before = signal.getsignal(signal.SIGINT)
+    service = DataService(ServiceOptions())
+    with service.stop_on_signals():
+        os.kill(os.getpid(), signal.SIGINT)  # before wait began
+        assert service.wait(poll_s=0.01) is None
+    assert signal.getsignal(signal.SIGINT) is before

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         _common.err.print(
             f"waiting for the tf.data service workers of {len(options.hosts)} hosts to register"
         )
-    with DataService(options) as service:
+    with DataService(options) as service, service.stop_on_signals():
         summary = {
             "address": service.address,
             "workers": options.workers,

@@ -22,6 +22,7 @@ start with ``python -m tfgpu.data.service worker DISPATCHER_HOST:PORT WORKER_HOS
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,7 @@ class DataService:
         self.restarts: list[int] = []
         self._dispatcher: Any = None
         self._workers: list[subprocess.Popen] = []
+        self._asked: list[bool] | None = None  # set by stop_on_signals: [True] once asked to stop
 
     @property
     def host(self) -> str:
@@ -238,27 +240,37 @@ class DataService:
                 on_restart(index, status, self.restarts[index])
         return None
 
+    @contextlib.contextmanager
+    def stop_on_signals(self) -> Iterator[None]:
+        """From here on, SIGINT / SIGTERM ask ``wait`` to stop instead of raising: enter it before
+        saying the service serves, so a Ctrl-C right after that line stops it cleanly (exit 0),
+        not with a KeyboardInterrupt before ``wait`` began. The old handlers come back after."""
+        asked: list[bool] = []
+        previous = {
+            s: signal.signal(s, lambda *_: asked.append(True)) for s in (signal.SIGINT, signal.SIGTERM)
+        }
+        self._asked = asked
+        try:
+            yield
+        finally:
+            self._asked = None
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
     def wait(
         self, *, poll_s: float = 0.5, on_restart: Callable[[int, int, int], None] | None = None
     ) -> tuple[int, int] | None:
         """Serve and supervise until SIGINT / SIGTERM (None) or until a worker dies once more than
         ``max_restarts`` times ((index, exit status), as ``supervise`` says)."""
-        stop = {"signal": False}
-
-        def asked(*_: Any) -> None:
-            stop["signal"] = True
-
-        previous = {s: signal.signal(s, asked) for s in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            while not stop["signal"]:
-                lost = self.supervise(on_restart=on_restart)
-                if lost is not None:
-                    return lost
-                time.sleep(poll_s)
-            return None
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        if self._asked is None:
+            with self.stop_on_signals():
+                return self.wait(poll_s=poll_s, on_restart=on_restart)
+        while not self._asked:
+            lost = self.supervise(on_restart=on_restart)
+            if lost is not None:
+                return lost
+            time.sleep(poll_s)
+        return None
 
     def stop(self) -> None:
         """Stop the workers (terminate, then kill after a grace period) and the dispatcher."""
