@@ -145,8 +145,8 @@ def _processes_carry_their_marker(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def _models_carry_their_marker(request, monkeypatch):
-    # tests the unit lane leaves out already (processes, clocks, heavy) need not say it
-    elsewhere = any(request.node.get_closest_marker(m) for m in ("model", "process", "timing", "heavy"))
+    # tests the unit lane leaves out already (processes, clocks; heavy ones carry model) need not say it
+    elsewhere = any(request.node.get_closest_marker(m) for m in ("model", "process", "timing"))
     if not elsewhere and "keras" in sys.modules:
         # every Model (functional, Sequential, subclassed) starts in Trainer.__init__
         from keras.src.trainers import trainer

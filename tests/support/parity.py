@@ -93,17 +93,13 @@ def _close(ours: Any, keras_: Any, *, rtol: float, atol: float, where: str) -> l
 
 
 # -- the two ways an example runs ------------------------------------------------------------------
-def keras_methods() -> SimpleNamespace:
-    """Keras's own fit / evaluate / predict, called as tfgpu's are: ``verb(model, ...)``."""
-    return SimpleNamespace(
-        name="keras",
-        fit=lambda model, *args, **kwargs: model.fit(*args, **kwargs),
-        evaluate=lambda model, *args, **kwargs: model.evaluate(*args, **kwargs),
-        predict=lambda model, *args, **kwargs: model.predict(*args, **kwargs),
-    )
-
-
-KERAS = keras_methods()
+# Keras's own fit / evaluate / predict, called as tfgpu's are: ``verb(model, ...)``
+KERAS = SimpleNamespace(
+    name="keras",
+    fit=lambda model, *args, **kwargs: model.fit(*args, **kwargs),
+    evaluate=lambda model, *args, **kwargs: model.evaluate(*args, **kwargs),
+    predict=lambda model, *args, **kwargs: model.predict(*args, **kwargs),
+)
 
 
 def __getattr__(name: str) -> Any:

@@ -262,14 +262,12 @@ class DataService:
     ) -> tuple[int, int] | None:
         """Serve and supervise until SIGINT / SIGTERM (None) or until a worker dies once more than
         ``max_restarts`` times ((index, exit status), as ``supervise`` says)."""
-        if self._asked is None:
-            with self.stop_on_signals():
-                return self.wait(poll_s=poll_s, on_restart=on_restart)
-        while not self._asked:
-            lost = self.supervise(on_restart=on_restart)
-            if lost is not None:
-                return lost
-            time.sleep(poll_s)
+        with contextlib.nullcontext() if self._asked is not None else self.stop_on_signals():
+            while not self._asked:
+                lost = self.supervise(on_restart=on_restart)
+                if lost is not None:
+                    return lost
+                time.sleep(poll_s)
         return None
 
     def stop(self) -> None:
