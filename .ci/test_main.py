@@ -12,7 +12,7 @@ is taken as long, so a new file starts early rather than last).
 
 Each job's output is printed whole when it ends, with its status and seconds; the status of the
 run is the first failed job's. A file whose process TensorFlow's native code crashed (SIGSEGV:
-once, in the iterator the replica proof makes, in 1 of 5 runs of test_guides.py here, 2026-11-27;
+once, in the iterator the replica proof makes, in 1 of 5 runs of test_guides.py here (its examples are in tests/test_parity_*.py now), 2026-11-27;
 it did not recur in 5 runs alone or 1 more of the file) is run once more, the crash and both
 outputs printed. ``--after CMD`` adds a command as one more job (make test: the
 Estimator lane and the built wheel).

@@ -19,7 +19,7 @@ import tempfile
 import numpy.testing  # noqa: F401  (NumPy 1.26 runs lscpu when it is first imported: see below)
 import pytest
 
-from support import processes, replicas
+from support import examples, processes, replicas
 
 # What libraries start a process for once, lazily, is started here (numpy.testing's import above,
 # and platform.processor(), which runs uname -p once: Ray and Keras ask), not in the first test
@@ -39,7 +39,25 @@ processes.GPU_VISIBLE = os.environ.get("CUDA_VISIBLE_DEVICES")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--exercising",
+        action="append",
+        default=[],
+        metavar="TAG",
+        help="run only the examples that exercise TAG (or a family: loss:); tests/support/examples.py",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if unknown := examples.unknown(config.getoption("exercising")):
+        raise pytest.UsageError(
+            f"--exercising {', '.join(unknown)}: no such tag; the tags are tests/support/examples.py's TAGS"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _select_exercising(config, items)
     for item in items:  # "slow": starts several TensorFlow processes, so it starts a process
         if "slow" in item.keywords and item.get_closest_marker("process") is None:
             item.add_marker(pytest.mark.process)
@@ -50,6 +68,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+
+
+def _select_exercising(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """--exercising TAG: the examples carrying TAG; the rest deselected (as -k does)."""
+    asked = config.getoption("exercising")
+    if not asked:
+        return
+    marked = [(item, item.get_closest_marker("exercises")) for item in items]
+    kept = [item for item, m in marked if m is not None and examples.exercises(m.args, asked)]
+    chosen = {id(item) for item in kept}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+    items[:] = kept
 
 
 # -- the logical CPU devices -----------------------------------------------------------------------

@@ -363,3 +363,34 @@ def deep_dense_model() -> Any:
     )
     built.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9), loss="mse", metrics=["mae"])
     return built
+
+
+# -- the small regressions the program and parity tests train, and their fits ---------------------
+# 2 epochs of batches in order, silent (FIT_48, FIT_16), or batches of 48 in order for any epochs
+FIT_48 = dict(batch_size=48, epochs=2, shuffle=False, verbose=0)
+FIT_16 = dict(batch_size=16, epochs=2, shuffle=False, verbose=0)
+IN_ORDER_48 = dict(batch_size=48, shuffle=False, verbose=0)
+
+
+def mean_squared(y: Any, p: Any) -> Any:
+    """A loss that returns one number for the batch (keras-io's contrastive loss ends so)."""
+    import keras
+
+    return keras.ops.mean(keras.ops.square(y - p))
+
+
+def normal_rows(rows: int = 288) -> tuple[np.ndarray, np.ndarray]:
+    """Four normal features and an unrelated normal target: a regression with nothing to learn
+    but its noise (the figures are compared, not the fit's quality)."""
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(rows, 4)).astype("float32"), rng.normal(size=(rows, 1)).astype("float32")
+
+
+def small_regression(loss: Any = mean_squared) -> Any:
+    """Dense(4) -> Dense(1) under SGD(0.1), seeded: the smallest model a loss can be told by."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(4), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss=loss)
+    return model

@@ -1,5 +1,5 @@
 """The definitions of Keras's and TensorFlow's own guides and examples, as they write them, for
-``test_guides.py``: shrunk (fewer rows, smaller layers) and fed synthetic data of the same shapes
+the ``test_parity_*`` files (support.examples): shrunk (fewer rows, smaller layers) and fed synthetic data of the same shapes
 and dtypes (no downloads). Each block names the guide it comes from; where a line differs from
 the guide beyond size, a comment says so.
 """
@@ -844,3 +844,48 @@ def scale(image, label):
     image = tf.cast(image, tf.float32)
     image /= 255
     return image, label
+
+
+# -- the shape of keras-io's GANs: two sub-models, an optimizer each (the parity tests' own) --------
+class TwoOptimizers(keras.Model):
+    """keras-io's GANs' shape: two sub-models, each stepped by an optimizer of its own, given
+    to ``compile`` and kept as attributes, made outside any scope. The loss tracker is fed the
+    unscaled per-example losses, so every figure is one device's."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+        self.head = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        self.tracker = keras.metrics.Mean(name="loss")
+
+    def compile(self, encoder_optimizer, head_optimizer, loss_fn):
+        super().compile()
+        self.encoder_optimizer, self.head_optimizer, self.loss_fn = encoder_optimizer, head_optimizer, loss_fn
+
+    @property
+    def metrics(self):
+        return [self.tracker]
+
+    def _apply(self, part, optimizer, x, y):
+        with tf.GradientTape() as tape:
+            loss = self.loss_fn(y, self.head(self.encoder(x)))
+        grads = tape.gradient(loss, part.trainable_weights)
+        optimizer.apply_gradients(zip(grads, part.trainable_weights, strict=True))
+
+    def train_step(self, data):
+        x, y = data
+        self._apply(self.encoder, self.encoder_optimizer, x, y)
+        self._apply(self.head, self.head_optimizer, x, y)
+        self.tracker.update_state(keras.ops.square(y - self.head(self.encoder(x))))
+        return {"loss": self.tracker.result()}
+
+
+def two_optimizers():
+    keras.utils.set_random_seed(0)
+    model = TwoOptimizers()
+    model.compile(
+        encoder_optimizer=keras.optimizers.Adam(0.01),
+        head_optimizer=keras.optimizers.RMSprop(0.01),
+        loss_fn=keras.losses.MeanSquaredError(),
+    )
+    return model

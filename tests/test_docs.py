@@ -1,6 +1,6 @@
 """What README.md and docs/ promise exists: every ``tfgpu.<name>`` they show resolves, and every
 ``tfgpu <command> --flag`` they show is a flag of that command. (What each call does is tested
-where it lives: test_entry_points, test_keras_contract, test_cli, ...)"""
+where it lives: test_entry_points, test_parity_program, test_cli, ...)"""
 
 from __future__ import annotations
 

@@ -556,7 +556,7 @@ def test_a_two_pod_indexed_job_trains_as_one_process(tmp_path):
 def test_a_jobset_with_a_parameter_server_pod_trains_the_tutorial(tmp_path):
     """A JobSet of one worker pod (the chief and worker 0) and one ps pod, each told its place by
     its labels file: the parameter-server tutorial ends with Keras's one-device weights, as under
-    tfgpu launch --ps 1 --nproc 1 (tests/test_keras_contract.py)."""
+    tfgpu launch --ps 1 --nproc 1 (tests/test_parity_workers.py)."""
     from tutorials import ps_tutorial_trained_as_keras, tutorial
 
     ports = {"worker": free_port(), "ps": free_port()}

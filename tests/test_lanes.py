@@ -129,3 +129,102 @@ def test_a_test_that_starts_a_process_or_builds_a_model_unmarked_fails_and_names
     assert "2 failed, 1 passed" in done.stdout, done.stdout[-2000:]
     assert "starts a process (['true']) without @pytest.mark.process" in done.stdout
     assert "builds a Keras model (Sequential) without @pytest.mark.model" in done.stdout
+
+
+# -- the registry of examples (support.examples) ------------------------------------------------------
+PARITY_FILES = sorted(TESTS.glob("test_parity_*.py"))
+
+
+def _exercises(path: Path) -> dict[str, tuple[list[str], str | None]]:
+    """Each test function's ``exercises`` tags and source, read from the file (None: unmarked)."""
+    found = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+            marks = [
+                d
+                for d in node.decorator_list
+                if isinstance(d, ast.Call) and ast.unparse(d.func) == "pytest.mark.exercises"
+            ]
+            if len(marks) != 1:
+                found[node.name] = None
+                continue
+            tags = [ast.literal_eval(arg) for arg in marks[0].args]
+            source = {k.arg: ast.literal_eval(k.value) for k in marks[0].keywords}.get("source")
+            found[node.name] = (tags, source)
+    return found
+
+
+def test_every_example_says_where_it_comes_from_and_what_it_exercises():
+    from support.examples import TAGS
+
+    wrong = {}
+    for path in PARITY_FILES:
+        for name, marked in _exercises(path).items():
+            if marked is None:
+                wrong[name] = "no (or several) @pytest.mark.exercises"
+            elif not marked[0] or not marked[1]:
+                wrong[name] = f"tags {marked[0]} and source {marked[1]!r}: both are needed"
+            elif unknown := [tag for tag in marked[0] if tag not in TAGS]:
+                wrong[name] = f"tags not in support.examples.TAGS: {unknown}"
+    assert wrong == {}
+
+
+def test_each_example_lives_in_the_file_of_a_behaviour_it_exercises():
+    from support.examples import FILES
+
+    assert sorted(path.name for path in PARITY_FILES) == sorted(FILES)
+    astray = {
+        f"{path.name}::{name}": marked[0]
+        for path in PARITY_FILES
+        for name, marked in _exercises(path).items()
+        if marked and not any(tag.startswith(FILES[path.name]) for tag in marked[0])
+    }
+    assert astray == {}
+
+
+@pytest.mark.parametrize(
+    ("tags", "asked", "runs"),
+    [
+        (["loss:function", "inputs:arrays"], ["loss:function"], True),
+        (["loss:function"], ["loss:"], True),
+        (["loss:function"], ["inputs:", "step:train_step"], False),
+        (["loss:functional"], ["loss:function"], False),
+        ([], ["loss:"], False),
+    ],
+)
+def test_exercising_selects_a_tag_or_a_family(tags, asked, runs):
+    from support.examples import exercises
+
+    assert exercises(tags, asked) is runs
+
+
+def test_exercising_names_what_is_no_tag():
+    from support.examples import unknown
+
+    assert unknown(["loss:function", "loss:", "los:function", "inputs"]) == ["los:function", "inputs"]
+
+
+@pytest.mark.process
+def test_exercising_runs_the_examples_with_the_tag_and_refuses_an_unknown_one(tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    shutil.copytree(TESTS / "support", tmp_path / "support")
+    (tmp_path / "test_parity_x.py").write_text(
+        "import pytest\n\n\n"
+        "@pytest.mark.exercises('loss:function', source='tfgpu')\ndef test_a():\n    pass\n\n\n"
+        "@pytest.mark.exercises('inputs:arrays', source='tfgpu')\ndef test_b():\n    pass\n\n\n"
+        "def test_c():\n    pass\n"
+    )
+
+    def pytest_(*args: str) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tmp_path)]
+        return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+    chosen = pytest_("--exercising", "loss:")
+    assert "1 passed, 2 deselected" in chosen.stdout, chosen.stdout[-2000:]
+    refused = pytest_("--exercising", "loss:fn")
+    said = refused.stdout + refused.stderr
+    assert refused.returncode == 4 and "--exercising loss:fn: no such tag" in said, said[-2000:]

@@ -1094,3 +1094,18 @@ def test_a_second_run_loads_xla_s_compile_from_tfgpu_s_cache(tmp_path):
     assert [name.endswith("XLA_CPU_JIT.pb") for name in first["files"]] == [True]
     assert second["files"] == first["files"]  # nothing new compiled
     assert loads[1] >= 1, (loads, runs)  # the second run loaded the first's executable
+
+
+@pytest.mark.timing  # tunes: measures for up to its budget
+def test_tuning_an_arrays_fit_prints_no_absl_option_warning(tmp_path, monkeypatch, caplog, clean_choices):
+    """tune=True printed absl's "Changing the value of option enabled from False to
+    True." (the tuned input options over the arrays pipeline's), 1 to 13 lines a run
+    (issue 57's real code, item 10)."""
+    monkeypatch.setenv("TFGPU_CACHE_DIR", str(tmp_path))
+    x, y = linear_data(2048, features=4)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(16), keras.layers.Dense(1)])
+    model.compile(optimizer="adam", loss="mse")
+    with caplog.at_level("WARNING"):
+        tfgpu.fit(model, x, y, epochs=2, verbose=0, tune=("input",), tune_budget_s=5)
+    assert "Changing the value of option" not in caplog.text

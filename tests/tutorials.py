@@ -1,5 +1,5 @@
 """tensorflow/docs' tutorials as ``examples/tutorials/`` keeps them, loaded as modules, and what a
-parameter-server tutorial's chief must end with: shared by tests/test_keras_contract.py (under
+parameter-server tutorial's chief must end with: shared by tests/test_parity_workers.py (under
 ``tfgpu launch``) and tests/test_kubernetes.py (as a JobSet's pods)."""
 
 from __future__ import annotations

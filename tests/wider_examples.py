@@ -1,12 +1,13 @@
 # ruff: noqa: RUF005, RUF059 - the examples' own lines, kept as written
 """Five more public examples and tutorials, as their authors wrote them (issue 68), each a function
 of ``api`` (Keras's own methods, or tfgpu's: ``support.parity.KERAS`` / ``tfgpu_with``) returning
-its histories, weights, evaluations and predictions. ``test_examples_wider.py`` runs each on one
-device with Keras and on 2 replicas with tfgpu; ``scripts/wider_examples.py`` runs them all
-under ``tfgpu launch --nproc 2``. Not a test module: the launched workers import it too.
+its histories, weights, evaluations and predictions. ``test_parity_architectures.py`` runs each
+on one device with Keras and on 2 replicas with tfgpu; ``scripts/wider_examples.py`` runs them
+all under ``tfgpu launch --nproc 2`` (``test_parity_workers.py``). Not a test module: the
+launched workers import it too.
 
-The rules are ``test_examples_more.py``'s: synthetic data of each example's shapes and dtypes (no
-downloads), only sizes shrink, the model built where the example builds it, outside any scope;
+The rules are every parity example's (``support/parity.py``): synthetic data of each example's
+shapes and dtypes (no downloads), only sizes shrink, the model built where the example builds it, outside any scope;
 each function's docstring names the example and every line that differs from it. Shuffling is
 off where the example shuffles (``shuffle=False``; a Dataset's ``shuffle`` left out), so that
 the runs read the same batches.

@@ -2,6 +2,8 @@
 
 - ``parity``: the one comparator (``same``) of a tfgpu run against Keras's, and the two ways an
   example runs (Keras's own methods, tfgpu's);
+- ``examples``: the registry of examples (each parity test's source and what it exercises, the
+  behaviour files, ``--exercising``);
 - ``replicas``: the logical CPU devices a test process runs on, and a strategy over them;
 - ``processes``: the tfgpu command as a user runs it, and the environment a child process gets;
 - ``source``: the package's modules read as text (the layering, shape and walker tests).

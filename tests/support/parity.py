@@ -4,6 +4,27 @@
 dict, evaluate's float, list or dict, predict's arrays, or a dict of all of those (a guide's run),
 to one tolerance, and reports every place that differs with its path (``history.loss[1]``), not
 only the first.
+
+The rules every parity example keeps (tests/test_parity_*.py; ``support.examples`` is their
+registry): the program is written as its author wrote it (a keras-io or tensorflow/docs guide or
+example, or real code the team met), shrunk to seconds on synthetic data of its shapes and dtypes
+(no downloads); the only change a user makes is ``model.fit(...)`` -> ``tfgpu.fit(model, ...)``
+(``evaluate`` and ``predict`` likewise), with the strategy passed where the model is built outside
+any scope. It runs twice through the same function, once with ``KERAS`` (Keras's own methods) and
+once with ``TFGPU`` / ``tfgpu_with(strategy)`` (2 replicas unless it says otherwise), and the two
+must agree (``same``: histories, weights, evaluate and predict).
+
+The reference is Keras's fit on one device from the same initial weights
+(``keras.utils.set_random_seed`` before anything is built, so the same initializers and tf.data
+shuffles) and ``shuffle=False`` where arrays are fit. Where a figure is per replica (Dropout's
+masks, BatchNormalization's batch statistics, random ops in a ``train_step``, a loss summed over
+the batch, ``add_loss``, which Keras scales by 1/replicas), the reference is Keras's own fit under
+the same strategy: of the model built in its scope, or of its copy moved there (``KerasUnder``, as
+tfgpu re-creates it, so Dropout draws the same seeds); the test's docstring says so, and names
+every line that differs from the source ("test-only" lines make the two runs comparable and are no
+user's change: ``shuffle=False``, ``reshuffle_each_iteration=False`` where a reshuffling dataset is
+read for several epochs, a seed set again before a model built after tfgpu re-created an earlier
+one).
 """
 
 from __future__ import annotations

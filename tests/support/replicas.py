@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 # conftest configures this many before TensorFlow initializes its devices (when a test needs them)
@@ -18,3 +19,8 @@ def local_strategy(replicas: int) -> Any:
     # group keys ("joining a group with size 3, but that group has size 2"): reduce via one device.
     devices = [f"/cpu:{i}" for i in range(replicas)]
     return tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def one_device() -> contextlib.AbstractContextManager:
+    """The scope a model is built in when no strategy is asked for (Keras's default): none."""
+    return contextlib.nullcontext()

@@ -1,4 +1,4 @@
-"""Issues 43 and 57's root: arrangements drawn, not chosen. Hypothesis draws how the model is
+"""Arrangements drawn, not chosen: Hypothesis draws how the model is
 made (a Sequential with and without ``Input``, functional, subclassed, a custom layer without
 ``get_config``, a ``Lambda``, an ``Embedding`` (sparse gradients), a model stepping two optimizers
 of its own in a custom ``train_step``, a model with no ``call()`` whose ``train_step`` builds its
@@ -20,6 +20,13 @@ the rows kept; a Dataset's last batch is trained as it comes, a replica left wit
 included. Profiles: ``fast`` (the default, 5 cases, drawn afresh each run)
 and ``ci`` (``HYPOTHESIS_PROFILE=ci``, which ``make test`` sets: 20 cases, the same each run).
 Every case it ever fails on is kept as an ``@example``.
+
+
+Each test is one example (support.examples): a program as its author wrote it, run twice through
+the same body, with Keras's own methods and with tfgpu's, and compared with ``support.parity.same``
+under the rules in ``support/parity.py``'s docstring. Its ``exercises`` marker names where it comes
+from and what it exercises (``pytest tests --exercising TAG`` runs every example with a tag,
+wherever it lives); its docstring names every line that differs from the source.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ settings.register_profile(
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+
+
 settings.register_profile(
     "ci",
     max_examples=20,
@@ -52,9 +61,14 @@ settings.register_profile(
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+
+
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fast"))
 
+
 PER_REPLICA = 4
+
+
 BUILDS = (
     "sequential",
     "sequential-unbuilt",
@@ -67,10 +81,20 @@ BUILDS = (
     "no-call",
     "own-predict",
 )
+
+
 LOSSES = ("name", "object", "per-example", "one-number")
+
+
 INPUTS = ("arrays", "dataset", "file", "padded-file")
+
+
 OPTIMIZERS = ("sgd", "momentum", "adam", "rmsprop")
+
+
 WHERE = ("outside", "inside", "compiled-inside", "another-strategy")
+
+
 VOCABULARY = 12
 
 
@@ -389,6 +413,33 @@ def run(case, path):
         )
 
 
+@pytest.mark.exercises(
+    "model:sequential",
+    "model:unbuilt",
+    "model:functional",
+    "model:subclassed",
+    "model:custom_layer",
+    "model:lambda",
+    "model:outside_scope",
+    "model:in_scope",
+    "step:train_step",
+    "step:test_step",
+    "step:compute_loss",
+    "loss:string",
+    "loss:object",
+    "loss:function",
+    "metric:builtin",
+    "inputs:arrays",
+    "inputs:dataset",
+    "inputs:files",
+    "inputs:text",
+    "inputs:short_batch",
+    "callbacks:custom",
+    "program:optimizer",
+    "strategy:one",
+    "strategy:mirrored",
+    source="tfgpu",
+)
 @pytest.mark.heavy
 @given(case=arrangements())
 @example(  # a short last batch of arrays cut 2, 2, 3 over the replicas
