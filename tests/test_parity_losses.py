@@ -2,11 +2,8 @@
 ``add_loss``, per-output losses, sample and class weights, sums, a loss over its own count, mixed
 precision's scaling) train on several replicas to one device's numbers.
 
-Each test is one example (support.examples): a program as its author wrote it, run twice through
-the same body, with Keras's own methods and with tfgpu's, and compared with ``support.parity.same``
-under the rules in ``support/parity.py``'s docstring. Its ``exercises`` marker names where it comes
-from and what it exercises (``pytest tests --exercising TAG`` runs every example with a tag,
-wherever it lives); its docstring names every line that differs from the source.
+Each test is an example of ``support.examples`` (its marker: its source, what it exercises),
+run with Keras's methods and tfgpu's and compared under ``support/parity.py``'s rules.
 """
 
 from __future__ import annotations

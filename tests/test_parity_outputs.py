@@ -1,11 +1,8 @@
 """Models of several inputs and several outputs, given as lists or dicts, train, evaluate and
 predict on several replicas as Keras on one device.
 
-Each test is one example (support.examples): a program as its author wrote it, run twice through
-the same body, with Keras's own methods and with tfgpu's, and compared with ``support.parity.same``
-under the rules in ``support/parity.py``'s docstring. Its ``exercises`` marker names where it comes
-from and what it exercises (``pytest tests --exercising TAG`` runs every example with a tag,
-wherever it lives); its docstring names every line that differs from the source.
+Each test is an example of ``support.examples`` (its marker: its source, what it exercises),
+run with Keras's methods and tfgpu's and compared under ``support/parity.py``'s rules.
 """
 
 from __future__ import annotations
