@@ -113,8 +113,13 @@ SESSIONS: dict[str, Session] = {}
 
 
 def _session(example) -> Session:
+    """The document's session; the blocks run in document order, so a new document's first block
+    closes the sessions before it (each held a Python with TensorFlow, about 1 GB, to the end)."""
     path = example.path
     if path not in SESSIONS:
+        for done in SESSIONS.values():
+            done.close()
+        SESSIONS.clear()
         SESSIONS[path] = Session(Path(path))
     return SESSIONS[path]
 

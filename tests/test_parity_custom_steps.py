@@ -743,7 +743,9 @@ def test_a_model_s_own_predict_and_evaluate_give_their_results_and_an_own_fit_is
     inputs = keras.Input((4,))
     own = OwnFit(inputs, keras.layers.Dense(1)(inputs))
     own.compile(optimizer="sgd", loss="mse")
-    with pytest.raises(ConfigError, match=r"OwnFit\.fit \(.*test_parity_custom_steps\.py:\d+\) overrides Keras's fit"):
+    with pytest.raises(
+        ConfigError, match=r"OwnFit\.fit \(.*test_parity_custom_steps\.py:\d+\) overrides Keras's fit"
+    ):
         tfgpu.fit(own, x, y.astype("float32"), epochs=1, verbose=0)
 
 
