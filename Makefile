@@ -58,7 +58,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check --no-cache src tests tests_estimator bench examples .ci
 	$(BIN)/ruff format --check --no-cache src tests tests_estimator bench examples .ci
 
-# a pytest process per test file, two at a time, longest first; the Estimator lane and the wheel are
+# a pytest process per test file, three at a time, longest first; the Estimator lane and the wheel are
 # one more job among them, the floor lane another (.ci/test_main.py says why)
 test: lint $(STAMP)
 	$(BIN)/python .ci/test_main.py --after "$(MAKE) --no-print-directory test-estimator test-wheel" \

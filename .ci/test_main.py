@@ -1,12 +1,16 @@
-"""The main suite: a pytest process per test file, two at a time, the longest first.
+"""The main suite: a pytest process per test file, three at a time, the longest first.
 
 Why a process per file: a pytest process slowed as it ran (a test of 30 s alone took 140 s deep in
 a lane that had run 175 tests of models and iterators), a failure names its file, and a hang is cut
 at a ceiling and named. Measured on a fresh clone here: 35 jobs, 3,611 s of job time, about what
 the three long processes took (each start costs about 6 s, and tests no longer slow down), in 1,813
-s of wall time. Why two at a time: this is a 2-core machine, and the suite already has to pass
-beside two busy TensorFlow jobs (`make test-loaded`), so each job beside the other is a load it
-holds. Why the longest first: the last job to start should be a short one, so both cores stay busy
+s of wall time. Why three at a time on a 2-core machine: a job waits on its child processes (the
+tfgpu command, launched workers, a data service, a document's Python) for much of its time, and a
+third job fills those waits: six files (test_data_service, test_predict, test_preemption,
+test_data, test_input_forms, test_remat) took 462 s two at a time and 414 s three at a time here,
+the cores busy 1.65 and 1.78 of 2 on average (2026-12-07). The suite already has to pass beside two
+busy TensorFlow jobs (`make test-loaded`), so the jobs beside each one are a load it holds. Why
+the longest first: the last job to start should be a short one, so both cores stay busy
 to the end; ``durations.json`` holds each file's seconds from a run here (a file it does not know
 is taken as long, so a new file starts early rather than last).
 
@@ -101,7 +105,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="*", help="test files (default: every tests/test_*.py)")
     parser.add_argument("--after", action="append", default=[], metavar="CMD")
-    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=3)
     parser.add_argument("--write-durations", action="store_true", help=f"write {DURATIONS.name}")
     args = parser.parse_args()
     todo = jobs(python=sys.executable, files=args.files, after=args.after)
