@@ -28,6 +28,10 @@ platform.processor()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Ray's local clusters (test_ray, docs/ray.md's blocks) send no usage report: nothing leaves this machine
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+# and each test process's clusters keep their files, and the address a later ray.init() joins, in a
+# folder of their own: ray.init(num_cpus=2) in a document's block joined test_ray's cluster, running
+# beside it, and failed ("When connecting to an existing cluster, num_cpus ... must not be provided")
+os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths
 # tune=True keeps its choices in tfgpu's cache and reuses them: each test run gets its own, in this
 # process and the processes it starts, so no run reuses what another (or the user's own) kept
 os.environ["TFGPU_CACHE_DIR"] = tempfile.mkdtemp(prefix="tfgpu-test-cache-")
