@@ -104,27 +104,31 @@ def test_the_lanes_leave_out_what_their_markers_say():
     assert _makefile_selection("test-floor") == _makefile_selection("test-fast")
 
 
-@pytest.mark.process
-def test_a_test_that_starts_a_process_or_builds_a_model_unmarked_fails_and_names_its_marker(tmp_path):
-    """conftest's guards: the lanes stay what they say only if each such test carries its marker."""
+def _child_pytest(folder: Path, name: str, source: str, *args: str):
+    """pytest in a child process on ``folder``, holding this conftest, ``support/`` and a test file
+    ``name`` of ``source``: what a developer's run of that file prints."""
     import shutil
     import subprocess
     import sys
 
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
-    shutil.copytree(TESTS / "support", tmp_path / "support")
-    (tmp_path / "test_unmarked.py").write_text(
+    if not (folder / "conftest.py").exists():
+        shutil.copy(TESTS / "conftest.py", folder / "conftest.py")
+        shutil.copytree(TESTS / "support", folder / "support")
+    (folder / name).write_text(source)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(folder)]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=folder, timeout=300)
+
+
+@pytest.mark.process
+def test_a_test_that_starts_a_process_or_builds_a_model_unmarked_fails_and_names_its_marker(tmp_path):
+    """conftest's guards: the lanes stay what they say only if each such test carries its marker."""
+    done = _child_pytest(
+        tmp_path,
+        "test_unmarked.py",
         "import subprocess\n\nimport keras\nimport pytest\n\n\n"
         "def test_process():\n    subprocess.run(['true'])\n\n\n"
         "def test_model():\n    keras.Sequential([keras.layers.Dense(1)])\n\n\n"
-        "@pytest.mark.model\ndef test_marked_model():\n    keras.Sequential([keras.layers.Dense(1)])\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
+        "@pytest.mark.model\ndef test_marked_model():\n    keras.Sequential([keras.layers.Dense(1)])\n",
     )
     assert "2 failed, 1 passed" in done.stdout, done.stdout[-2000:]
     assert "starts a process (['true']) without @pytest.mark.process" in done.stdout
@@ -206,25 +210,14 @@ def test_exercising_names_what_is_no_tag():
 
 @pytest.mark.process
 def test_exercising_runs_the_examples_with_the_tag_and_refuses_an_unknown_one(tmp_path):
-    import shutil
-    import subprocess
-    import sys
-
-    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
-    shutil.copytree(TESTS / "support", tmp_path / "support")
-    (tmp_path / "test_parity_x.py").write_text(
+    source = (
         "import pytest\n\n\n"
         "@pytest.mark.exercises('loss:function', source='tfgpu')\ndef test_a():\n    pass\n\n\n"
         "@pytest.mark.exercises('inputs:arrays', source='tfgpu')\ndef test_b():\n    pass\n\n\n"
         "def test_c():\n    pass\n"
     )
-
-    def pytest_(*args: str) -> subprocess.CompletedProcess:
-        argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args, str(tmp_path)]
-        return subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=300)
-
-    chosen = pytest_("--exercising", "loss:")
+    chosen = _child_pytest(tmp_path, "test_parity_x.py", source, "--exercising", "loss:")
     assert "1 passed, 2 deselected" in chosen.stdout, chosen.stdout[-2000:]
-    refused = pytest_("--exercising", "loss:fn")
+    refused = _child_pytest(tmp_path, "test_parity_x.py", source, "--exercising", "loss:fn")
     said = refused.stdout + refused.stderr
     assert refused.returncode == 4 and "--exercising loss:fn: no such tag" in said, said[-2000:]
