@@ -79,10 +79,11 @@ def _select_exercising(config: pytest.Config, items: list[pytest.Item]) -> None:
     asked = config.getoption("exercising")
     if not asked:
         return
-    marked = [(item, item.get_closest_marker("exercises")) for item in items]
-    kept = [item for item, m in marked if m is not None and examples.exercises(m.args, asked)]
-    chosen = {id(item) for item in kept}
-    config.hook.pytest_deselected(items=[item for item in items if id(item) not in chosen])
+    kept, dropped = [], []
+    for item in items:
+        marker = item.get_closest_marker("exercises")
+        (kept if marker is not None and examples.exercises(marker.args, asked) else dropped).append(item)
+    config.hook.pytest_deselected(items=dropped)
     items[:] = kept
 
 
