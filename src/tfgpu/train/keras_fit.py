@@ -286,7 +286,10 @@ def evaluate(
             steps=steps or source.known_length(),  # arrays: Keras's bar shows "3/8", not "3/Unknown"
             history=False,
         )
-    logs = evaluation.evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
+    try:
+        logs = evaluation.evaluator_for(strategy, placed)(source, limit=steps, callbacks=listed).logs
+    finally:
+        source.release()  # its iterator goes now (``Input.release``)
     if return_dict:
         return logs
     return placed._flatten_metrics_in_order(logs)  # Keras's own order, and a float for one figure

@@ -21,6 +21,14 @@ directly, since the distributed iterator's bookkeeping measured about 20% of a s
 With ``steps_per_epoch`` (arrays always; other sources when the Task sets it) an epoch is that many
 steps and the iterator goes on from one epoch to the next, as Keras does; it starts again when the
 data runs out. ``class_weight`` becomes sample weights, in the input pipeline.
+
+Each verb releases its inputs when it ends (``Input.release``): a built dataset's functions hold
+the Input that built it (``_per_worker``'s ``make``, each reader's maps), a cycle Python frees
+only in a full garbage collection. Until then the open iterator, its prefetch threads and
+buffers and the data's tensors stayed alive, and deleting an old tf.data iterator there stalled
+the whole process, the GIL held, for up to its autotuner's period (TensorFlow 2.21 misses the
+wake-up at random: a collection took 2 to 135 s on a busy 2-core machine). Keras's fit drops its
+iterators so too.
 """
 
 from __future__ import annotations
@@ -53,10 +61,9 @@ class Input:
     """One data source for training or evaluation, built once; what every kind shares.
 
     ``iterator(epoch, step)`` gives an iterator and the batches to skip to reach that point. With a
-    known number of steps per epoch (``steps_per_epoch``) the dataset runs on over the epochs, and
-    the iterator is kept from one epoch (and one ``fit``) to the next, so nothing is rebuilt and
-    the prefetch buffers stay full across the epoch boundary. The caller says where it stopped
-    with ``stopped_at``. A kind says how its dataset is made (``_made``, ``_build``).
+    known number of steps per epoch (``steps_per_epoch``) one iterator runs on over a verb's epochs
+    (``stopped_at`` says where it stands, ``release`` ends it): nothing rebuilt, the prefetch
+    buffers full across the epoch boundary. A kind says how its dataset is made (``_made``).
     """
 
     exact = False  # tfgpu cuts every batch itself: each epoch's batches known, the short one included
@@ -82,8 +89,7 @@ class Input:
         self._weigh = (
             as_written(_class_weights(task.class_weight)) if training and task.class_weight else None
         )
-        self._built: Any = None
-        self._built_epoch: int | None = None
+        self._built, self._built_epoch = None, None  # the dataset, and the epoch it was built for
         self.caches = False  # the pipeline has a .cache(): its first epoch fills it (warm-up)
         self._live: tuple[Any, int, int] | None = None  # (iterator, epoch, step) it stands at
         self.tf_options: Any = None  # tf.data options added to the dataset (tune=True's input knob)
@@ -116,6 +122,9 @@ class Input:
         if strategy is not None and (strategy.num_replicas_in_sync > 1 or distribute.spans_workers(strategy)):
             return False
         return self.exact or self.known_length() is not None
+
+    def release(self) -> None:  # the dataset and its open iterator: built again when asked (above)
+        self._built, self._built_epoch, self._live = None, None, None
 
     def set_tf_options(self, options: Any) -> None:
         """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""

@@ -178,6 +178,13 @@ class Setup:
             raise ConfigError("No evaluation data", fix="set Task.eval_data or pass data=")
         return self._eval_input
 
+    def release_inputs(self) -> None:
+        """Let go of the datasets and iterators of this setup's inputs (``Input.release``): at the
+        end of a verb (fit, evaluate); the next builds them again."""
+        self.train.release()
+        if "_eval_input" in self.__dict__:  # made only when asked (``eval_input``)
+            self._eval_input.release()
+
     @functools.cached_property
     def _eval_input(self) -> inputs.Input:
         return self.input(self.eval_source, training=False)

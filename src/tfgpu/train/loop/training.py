@@ -389,8 +389,16 @@ class Loop:
 
     def evaluate(self, data: Any = None, *, limit: int | None = None, callbacks: Any = None) -> Evaluation:
         """The model's loss and metrics over every example of ``data`` (default: the eval data)."""
-        source = self.setup.eval_input() if data is None else self.setup.input(data, training=False)
-        return evaluator_for(self.setup.strategy, self.model)(source, limit=limit, callbacks=callbacks)
+        if data is None:  # the eval data's input, kept for each epoch's validation
+            return self._evaluator()(self.setup.eval_input(), limit=limit, callbacks=callbacks)
+        source = self.setup.input(data, training=False)
+        try:
+            return self._evaluator()(source, limit=limit, callbacks=callbacks)
+        finally:
+            source.release()  # ``Input.release``
+
+    def _evaluator(self) -> Any:
+        return evaluator_for(self.setup.strategy, self.model)
 
     def finished_before(self, callbacks: Any, *, epochs: int | None) -> None:
         """The checkpoint holds a run that had already finished: nothing is trained. Said, and the

@@ -246,6 +246,26 @@ class Trainer:
         ``validation_steps`` batches; its figures are logged with a ``val_`` prefix.
         """
         check_length(epochs=epochs, steps=steps, initial_epoch=initial_epoch)
+        try:
+            return self._fit(
+                epochs=epochs,
+                steps=steps,
+                initial_epoch=initial_epoch,
+                verbose=verbose,
+                validation=Validation(validation_freq, validation_steps),
+            )
+        finally:  # the run's iterators go now, not at Python's next full collection
+            self.setup.release_inputs()
+
+    def _fit(
+        self,
+        *,
+        epochs: int | None,
+        steps: int | None,
+        initial_epoch: int,
+        verbose: Any,
+        validation: Validation,
+    ) -> TrainResult:
         with self._remat():  # tuning measures it as it trains
             if self.options.tune is not None and self.tuning is None:
                 self.tune(epochs=epochs, steps=steps)  # first: it may move the run to another setup
@@ -263,7 +283,7 @@ class Trainer:
                 epochs=epochs,
                 steps=steps,
                 callbacks=loop.callback_list(verbose=verbose, epochs=epochs),
-                validation=Validation(validation_freq, validation_steps),
+                validation=validation,
             )
         self.proof = self.proof or loop.proof
         result.tuning, result.proof = self.tuning, self.proof
@@ -275,7 +295,10 @@ class Trainer:
         """The model's loss and metrics over every example of ``data`` (default: the task's eval
         data), exact whatever the replicas and workers, with ``examples`` counted; up to ``limit``
         batches."""
-        found = self.loop.evaluate(data, limit=limit, callbacks=callbacks)
+        try:
+            found = self.loop.evaluate(data, limit=limit, callbacks=callbacks)
+        finally:
+            self.setup.release_inputs()
         return {"examples": found.examples, **found.logs}
 
     def _proves(self) -> bool:
