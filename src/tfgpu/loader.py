@@ -14,8 +14,10 @@ from tfgpu import usercode
 from tfgpu.errors import InputError
 
 
-def load_function(reference: str) -> Callable[..., Any]:
-    """The function a FILE_OR_MODULE:FUNCTION reference names; InputError naming what is missing."""
+def check_reference(reference: str) -> None:
+    """A FILE_OR_MODULE:FUNCTION reference's form, and its file where it names one, checked before
+    anything is imported: the commands check theirs before TensorFlow's import (4 s here), so a
+    typo is said at once."""
     target, sep, name = reference.rpartition(":")
     if not sep or not target or not name:
         raise InputError(
@@ -23,10 +25,20 @@ def load_function(reference: str) -> Callable[..., Any]:
             value=reference,
             fix="write it like tasks.py:make_task or mypkg.tasks:make_task",
         )
-    if target.endswith(".py") or "/" in target:
+    if _names_file(target) and not Path(target).exists():
+        raise InputError(f"File {target} does not exist", value=reference, fix="check the path")
+
+
+def _names_file(target: str) -> bool:
+    return target.endswith(".py") or "/" in target
+
+
+def load_function(reference: str) -> Callable[..., Any]:
+    """The function a FILE_OR_MODULE:FUNCTION reference names; InputError naming what is missing."""
+    check_reference(reference)
+    target, _, name = reference.rpartition(":")
+    if _names_file(target):
         path = Path(target)
-        if not path.exists():
-            raise InputError(f"File {target} does not exist", value=reference, fix="check the path")
         module_name = f"tfgpu_user_{path.stem}"
         spec = importlib.util.spec_from_file_location(module_name, path)
         assert spec is not None and spec.loader is not None

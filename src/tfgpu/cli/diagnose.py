@@ -103,11 +103,11 @@ def load_model(reference: str) -> Any:
     return model
 
 
-def run(args: argparse.Namespace) -> int:
-    from tfgpu import runtime
-    from tfgpu.diagnose import diagnose
+def _checked(args: argparse.Namespace) -> float | None:
+    """The options, and the references' form and files, checked before anything is imported (a
+    typo said at once, not after TensorFlow's import); the step time in seconds."""
+    from tfgpu.loader import check_reference
 
-    runtime.configure()
     if args.steps < 5:
         raise ConfigError("--steps must be at least 5", value=args.steps, fix="pass --steps 40")
     if args.service_workers and not args.apply:
@@ -118,9 +118,19 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.service_workers < 0:
         raise ConfigError("--service-workers must be 0 or more", value=args.service_workers, fix="pass 2")
+    for reference in filter(None, (args.dataset, args.model)):
+        check_reference(reference)
+    return parse_duration(args.step_time) if args.step_time else None
+
+
+def run(args: argparse.Namespace) -> int:
+    step_time_s = _checked(args)  # said before TensorFlow's import
+    from tfgpu import runtime
+    from tfgpu.diagnose import diagnose
+
+    runtime.configure()
     dataset = load_dataset(args.dataset)
     model = load_model(args.model) if args.model else None
-    step_time_s = parse_duration(args.step_time) if args.step_time else None
     with phases("diagnose", machine_output=args.json) as progress:  # said as it starts, not at the end
         progress("measure", 0, 0)
         result = diagnose(

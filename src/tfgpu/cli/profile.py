@@ -23,17 +23,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tfgpu.cli.diagnose import load_dataset, load_model, parse_duration
+    from tfgpu.loader import check_reference
+
+    for reference in filter(None, (args.dataset, args.model)):  # said before TensorFlow's import
+        check_reference(reference)
+    step_time_s = None if args.model else parse_duration(args.step_time)
     import tensorflow as tf
 
     from tfgpu import runtime
-    from tfgpu.cli.diagnose import load_dataset, load_model, parse_duration
     from tfgpu.diagnose.device import ModelDevice, SimulatedDevice
 
     runtime.configure()
     dataset = load_dataset(args.dataset)
-    device = (
-        ModelDevice(load_model(args.model)) if args.model else SimulatedDevice(parse_duration(args.step_time))
-    )
+    device = ModelDevice(load_model(args.model)) if args.model else SimulatedDevice(step_time_s)
     iterator = iter(dataset.repeat())
     for _ in range(3):  # warm-up outside the trace
         device.step(next(iterator))

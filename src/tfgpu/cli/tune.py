@@ -70,6 +70,10 @@ def _task(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tfgpu.loader import check_reference
+
+    for reference in filter(None, (args.task, args.model, args.dataset)):  # before TensorFlow's import
+        check_reference(reference)
     from tfgpu.train import Trainer, TrainOptions, tuning
 
     out = Path(args.out)
