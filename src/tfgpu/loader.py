@@ -14,10 +14,16 @@ from tfgpu import usercode
 from tfgpu.errors import InputError
 
 
-def check_reference(reference: str) -> None:
-    """A FILE_OR_MODULE:FUNCTION reference's form, and its file where it names one, checked before
-    anything is imported: the commands check theirs before TensorFlow's import (4 s here), so a
-    typo is said at once."""
+def check_references(*references: str | None) -> None:
+    """Each FILE_OR_MODULE:FUNCTION reference's form, and its file where it names one (None: an
+    option not given), checked before anything is imported: the commands check theirs before
+    TensorFlow's import (4 s here), so a typo is said at once."""
+    for reference in references:
+        if reference is not None:
+            _check_reference(reference)
+
+
+def _check_reference(reference: str) -> None:
     target, sep, name = reference.rpartition(":")
     if not sep or not target or not name:
         raise InputError(
@@ -35,7 +41,7 @@ def _names_file(target: str) -> bool:
 
 def load_function(reference: str) -> Callable[..., Any]:
     """The function a FILE_OR_MODULE:FUNCTION reference names; InputError naming what is missing."""
-    check_reference(reference)
+    _check_reference(reference)
     target, _, name = reference.rpartition(":")
     if _names_file(target):
         path = Path(target)

@@ -106,7 +106,7 @@ def load_model(reference: str) -> Any:
 def _checked(args: argparse.Namespace) -> float | None:
     """The options, and the references' form and files, checked before anything is imported (a
     typo said at once, not after TensorFlow's import); the step time in seconds."""
-    from tfgpu.loader import check_reference
+    from tfgpu.loader import check_references
 
     if args.steps < 5:
         raise ConfigError("--steps must be at least 5", value=args.steps, fix="pass --steps 40")
@@ -118,8 +118,7 @@ def _checked(args: argparse.Namespace) -> float | None:
         )
     if args.service_workers < 0:
         raise ConfigError("--service-workers must be 0 or more", value=args.service_workers, fix="pass 2")
-    for reference in filter(None, (args.dataset, args.model)):
-        check_reference(reference)
+    check_references(args.dataset, args.model)
     return parse_duration(args.step_time) if args.step_time else None
 
 

@@ -24,10 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tfgpu.cli.diagnose import load_dataset, load_model, parse_duration
-    from tfgpu.loader import check_reference
+    from tfgpu.loader import check_references
 
-    for reference in filter(None, (args.dataset, args.model)):  # said before TensorFlow's import
-        check_reference(reference)
+    check_references(args.dataset, args.model)  # said before TensorFlow's import
     step_time_s = None if args.model else parse_duration(args.step_time)
     import tensorflow as tf
 

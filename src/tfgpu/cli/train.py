@@ -188,9 +188,9 @@ def load_task(reference: str, *, batch_size: int | str | None = None) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from tfgpu import choices, runtime
-    from tfgpu.loader import check_reference
+    from tfgpu.loader import check_references
 
-    check_reference(args.task)  # said before TensorFlow's import
+    check_references(args.task)  # said before TensorFlow's import
     from tfgpu.train import Trainer, TrainOptions
 
     runtime.configure(precision=args.precision)

@@ -70,10 +70,9 @@ def _task(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tfgpu.loader import check_reference
+    from tfgpu.loader import check_references
 
-    for reference in filter(None, (args.task, args.model, args.dataset)):  # before TensorFlow's import
-        check_reference(reference)
+    check_references(args.task, args.model, args.dataset)  # said before TensorFlow's import
     from tfgpu.train import Trainer, TrainOptions, tuning
 
     out = Path(args.out)

@@ -126,9 +126,9 @@ class Input:
     def release(self) -> None:  # the dataset and its open iterator: built again when asked (above)
         self._built, self._built_epoch, self._live = None, None, None
 
-    def set_tf_options(self, options: Any) -> None:
-        """Add ``options`` (a ``tf.data.Options``) to the dataset, built anew from here on."""
-        self.tf_options, self._built, self._live = options, None, None
+    def set_tf_options(self, options: Any) -> None:  # added to the dataset, built anew from here on
+        self.tf_options = options
+        self.release()
 
     def trial_iterator(self, options: Any) -> Any:
         """A fresh iterator from the data's start with ``options`` added (None: as it is), the
