@@ -7,6 +7,7 @@ that does a step in 30 ms?"
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import time
@@ -34,23 +35,28 @@ class SimulatedDevice:
     """Busy ``step_time_s`` per batch, on average, without using the CPU.
 
     A sleep overshoots by a fairly constant 0.1-0.2 ms (timer slack and wake-up), a fifth of a
-    0.64 ms step (a 50,000 examples/s device in batches of 32). The device learns its overshoot (a
-    running mean) and sleeps that much less, so it runs at the rate asked for; its step is still
-    measured alone, as a model's is, so what remains is not charged to the input.
+    0.64 ms step (a 50,000 examples/s device in batches of 32). The device learns its overshoot and
+    sleeps that much less, so it runs at the rate asked for; its step is still measured alone, as a
+    model's is, so what remains is not charged to the input. The overshoot learned is the median of
+    the last ``OVERSHOOTS`` sleeps, at most half a step: on a loaded host one late wake-up (a
+    millisecond and more) moved a running mean enough that a 4 ms device ran 26% fast.
     """
+
+    OVERSHOOTS = 9
 
     kind = "simulated"
 
     def __init__(self, step_time_s: float) -> None:
         self.step_time_s = step_time_s
         self.description = f"simulated device, {step_time_s * 1000:g} ms per batch"
-        self._overshoot = 0.0
+        self._overshoots: collections.deque[float] = collections.deque(maxlen=self.OVERSHOOTS)
 
     def step(self, batch: Any) -> None:
-        asked = max(0.0, self.step_time_s - self._overshoot)
+        learned = float(np.median(self._overshoots)) if self._overshoots else 0.0
+        asked = self.step_time_s - min(max(learned, 0.0), self.step_time_s / 2)
         start = time.perf_counter()
         time.sleep(asked)
-        self._overshoot += 0.2 * ((time.perf_counter() - start - asked) - self._overshoot)
+        self._overshoots.append(time.perf_counter() - start - asked)
 
     def step_seconds(self, element_spec: Any, batch_size: int, *, repeats: int = 10) -> float:
         return median_seconds(self.step, None, repeats=repeats, warmup=10)
