@@ -243,8 +243,7 @@ def test_simulated_device_runs_at_the_rate_asked():
 
 def test_one_late_wake_up_does_not_make_the_simulated_device_run_fast(monkeypatch):
     """On a clock where every sleep overshoots by 0.15 ms and one wakes 5 ms late, the steps after
-    the late one still take the 4 ms asked (to 2%), and the learned overshoot never makes a step
-    shorter than half of it."""
+    the late one still take the 4 ms asked (to 2%)."""
     from tfgpu.diagnose import device as module
 
     class Clock:
@@ -267,7 +266,6 @@ def test_one_late_wake_up_does_not_make_the_simulated_device_run_fast(monkeypatc
         steps.append(clock.now - start)
     assert steps[11] > 0.008  # the late one
     assert all(s == pytest.approx(0.004, rel=0.02) for s in steps[3:11] + steps[12:])
-    assert min(steps) >= 0.002
 
 
 def test_exactly_one_device_side():
