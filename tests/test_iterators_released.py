@@ -6,7 +6,9 @@ buffers and the data's tensors stayed alive, and deleting an old tf.data iterato
 the whole process with the GIL held for up to its autotuner's period (TensorFlow 2.21 misses the
 wake-up at random: a gen-2 collection took 2 to 135 s on a busy 2-core machine; a parity file
 spent 13.8 of its 84 s in them, 3.8 s after). So the checks here run with the collector off: what
-a verb leaves alive, the collector would have had to free.
+a verb leaves alive, the collector would have had to free. The iterators a verb is done with are
+dropped on tfgpu's own thread (``tfgpu.letting_go``: the same wait, off the user's thread), so a
+count waits for that thread to drop what it was handed.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ from hypothesis import strategies as st
 import tfgpu
 from input_forms import CASES, FORMS, data, run, small_model
 from support.replicas import local_strategy
+from tfgpu import letting_go
+
+CEILING_S = 300  # only a hang reaches it: an autotuner's sleep is 60 s at most
 
 
 def open_iterators() -> int:
-    """tf.data iterators alive in this process: a dataset's, a device's and a strategy's."""
+    """tf.data iterators alive in this process: a dataset's, a device's and a strategy's, once
+    the iterators handed to ``tfgpu.letting_go`` are dropped."""
+    assert letting_go.wait(CEILING_S), "the let-go thread did not drop what it was handed"
     from tensorflow.python.data.ops import iterator_ops, multi_device_iterator_ops
     from tensorflow.python.distribute import input_lib
 
@@ -122,3 +129,67 @@ def test_a_trainer_fit_twice_trains_as_one_fit_of_both_epochs_on_arrays():
         twice.fit(epochs=twice.loop.counters.epoch + 2)
     for a, b in zip(once.model.get_weights(), twice.model.get_weights(), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _deleted_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the threads on which each iterator a tfgpu Input opens is deleted."""
+    import threading
+    import weakref
+
+    from tfgpu.train.inputs import readers
+
+    threads: list[str] = []
+    opened = readers.Input.iterator
+
+    def watched(self, epoch, step=0):
+        iterator, skip = opened(self, epoch, step)
+        weakref.finalize(iterator, lambda: threads.append(threading.current_thread().name))
+        return iterator, skip
+
+    monkeypatch.setattr(readers.Input, "iterator", watched)
+    return threads
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_each_epoch_s_and_evaluation_s_iterator_is_deleted_off_the_user_s_thread(monkeypatch, replicas):
+    """Deleting a tf.data iterator waits on its autotuner, which TensorFlow 2.21 wakes late at
+    random (1.3-1.4 s in 3 of 8 deletions of an iterator read for 2.6 s here): tfgpu drops each
+    epoch's iterator, each validation's and evaluate's on its own thread, and the next epoch
+    starts at once. A dataset is iterated anew each epoch, as Keras's fit does."""
+    import tensorflow as tf
+
+    deleted = _deleted_on(monkeypatch)
+    x, y, _ = data(64)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8).prefetch(tf.data.AUTOTUNE)
+    with local_strategy(replicas).scope():
+        model = keras.Sequential([keras.Input((x.shape[1],)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    tfgpu.fit(model, dataset, epochs=3, validation_data=dataset.take(2), verbose=0)
+    tfgpu.evaluate(model, dataset, verbose=0)
+    assert letting_go.wait(CEILING_S)
+    assert deleted == ["tfgpu-let-go"] * 7  # 3 epochs, 3 validations, 1 evaluate
+
+
+def test_the_let_go_thread_drops_what_it_is_handed_while_the_caller_goes_on():
+    """An object whose deletion blocks (as an iterator's join on a late autotuner) blocks the
+    let-go thread only: ``let_go`` returns at once, empties the caller's list, and the object
+    is deleted there once its deletion may go on."""
+    import threading
+
+    may_finish, deleting = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    class SlowToDelete:
+        def __del__(self):
+            deleting.set()
+            seen.append(threading.current_thread().name)
+            may_finish.wait(CEILING_S)
+
+    held = [SlowToDelete(), None]
+    letting_go.let_go(held)
+    assert held == []
+    assert deleting.wait(CEILING_S) and seen == ["tfgpu-let-go"]
+    assert not letting_go.wait(0.05)  # still deleting; the caller is here, not waiting
+    may_finish.set()
+    assert letting_go.wait(CEILING_S)

@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
                 "exposure",
                 "files",
                 "graphs",
+                "letting_go",
                 "host",
                 "loader",
                 "monitor",

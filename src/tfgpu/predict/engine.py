@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 import tfgpu
-from tfgpu import choices, cluster, distribute, host
+from tfgpu import choices, cluster, distribute, host, letting_go
 from tfgpu.data.pipeline import parallel_options
 from tfgpu.errors import ConfigError, InputError
 from tfgpu.files import (
@@ -343,16 +343,18 @@ def predict(
             per_call, why = 1, "outputs of variable shape"
         choices.record("predict.steps_per_execution", per_call, why)
         feed = distribute.input_strategy(strategy)
-        iterator = iter(ds if feed is None else feed.experimental_distribute_dataset(ds))
+        # the iterator, dropped off this thread when the rows are written (tfgpu.letting_go)
+        held = [iter(ds if feed is None else feed.experimental_distribute_dataset(ds))]
         _run(
             strategy,
             predictor,
-            iterator,
+            held[0],
             sink,
             lambda: on_progress(sink.next_row - start, stop - start) if on_progress else None,
             per_call=per_call,
             outputs=specs,
         )
+        letting_go.let_go(held)
     sink.finish()
     seconds = time.perf_counter() - started
     done = writers.completed_shards(out, options.fmt)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any
 
-from tfgpu import distribute
+from tfgpu import distribute, letting_go
 from tfgpu.errors import ConfigError
 
 DEFAULT_BATCH = 32  # Keras's
@@ -71,8 +71,9 @@ def predict_arrays(
     listed = _callbacks(callbacks, model=model, verbose=verbose, steps=total)
     listed.on_predict_begin()
     with reading.epoch():  # a PyDataset's hooks around its pass, as Keras's predict calls them
-        iterator = _iterator(strategy, dataset, per_replica=per_replica)
-        arrays = _outputs(call, iterator, listed, total=total, per_call=per_call)
+        held = [_iterator(strategy, dataset, per_replica=per_replica)]  # dropped off this thread
+        arrays = _outputs(call, held[0], listed, total=total, per_call=per_call)
+        letting_go.let_go(held)  # (tfgpu.letting_go)
     listed.on_predict_end()
     if not arrays:
         raise ConfigError("x gave no batch to predict on", value=type(x).__name__, fix="pass data with rows")

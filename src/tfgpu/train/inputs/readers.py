@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from tfgpu import distribute, host
+from tfgpu import distribute, host, letting_go
 from tfgpu.errors import ConfigError
 from tfgpu.graphs import as_written
 from tfgpu.text import counted
@@ -103,7 +103,7 @@ class Input:
         if self.steps_per_epoch is not None:  # one iterator over the epochs, from ``epoch`` on
             if self._live is not None and self._live[1:] == (epoch, step):
                 return self._live[0], 0
-            self._live = None  # the old iterator (and its prefetch threads) goes first
+            letting_go.let_go_of(self, "_live")  # the old iterator and its prefetch threads go first
             step = self._start(epoch, step)
         return iter(self.built(epoch)), step
 
@@ -124,7 +124,7 @@ class Input:
         return self.exact or self.known_length() is not None
 
     def release(self) -> None:  # the dataset and its open iterator: built again when asked (above)
-        self._built, self._built_epoch, self._live = None, None, None
+        letting_go.let_go_of(self, "_built", "_built_epoch", "_live")
 
     def set_tf_options(self, options: Any) -> None:  # added to the dataset, built anew from here on
         self.tf_options = options
@@ -171,7 +171,7 @@ class Input:
         if self.steps_per_epoch is None:
             return
         if exhausted or self._pass_ended(epoch, step):
-            self._live = None
+            letting_go.let_go_of(self, "_live")
             return
         if step >= self.steps_per_epoch:
             epoch, step = epoch + 1, 0

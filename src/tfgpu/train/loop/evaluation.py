@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tfgpu import distribute
+from tfgpu import distribute, letting_go
 from tfgpu.train.inputs import readers as inputs
 from tfgpu.train.model import building
 from tfgpu.train.pieces import callbacks as callback_setup
@@ -76,6 +76,9 @@ class Evaluator:
                 out = self._batch_by_batch(iterator, limit or source.known_length() or ALL, callbacks, acting)
             else:
                 out = self._run(iterator, execution.limit(limit or ALL))
+            held = [iterator]  # dropped off this thread (tfgpu.letting_go)
+            del iterator
+            letting_go.let_go(held)
         logs = pythonify(out.logs)
         if not acting:
             steps = int(out.steps)

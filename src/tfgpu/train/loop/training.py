@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tfgpu import choices, distribute
+from tfgpu import choices, distribute, letting_go
 from tfgpu.errors import RESUMABLE, ConfigError, StoppedOnRequest, TfgpuError
 from tfgpu.train.loop.evaluation import Evaluation, evaluator_for
 from tfgpu.train.loop.result import Progress, TrainResult
@@ -491,6 +491,9 @@ class EpochLoop(Loop):
         finally:
             exhausted = ended and (per_epoch is None or self.counters.epoch_step < per_epoch)
             source.stopped_at(iterator, epoch, self.counters.epoch_step, exhausted=exhausted)
+            held = [iterator]  # the epoch's iterator is dropped off this thread (tfgpu.letting_go)
+            del iterator
+            letting_go.let_go(held)
 
     def _prove(self, iterator: Any, callbacks: Any, run: RunLog) -> None:
         """``train.model.proof`` on the run's own first batch, taken from the epoch's iterator and
