@@ -282,6 +282,10 @@ BAD_BEFORE_TENSORFLOW = [
         "1",
     ],
     ["profile", "--dataset", "nowhere.py:make", "--step-time", "1ms", "--log-dir", "logs"],
+    ["train", "tests/tasks.py:make_task", "--epochs", "0"],
+    ["train", "tests/tasks.py:make_task", "--steps", "-5"],
+    ["train", "tests/tasks.py:make_task", "--steps", "1", "--checkpoint-dir", "README.md"],
+    ["train", "tests/tasks.py:make_task", "--epochs", "1", "--log-every", "0"],
 ]
 
 

@@ -186,37 +186,11 @@ def load_task(reference: str, *, batch_size: int | str | None = None) -> Any:
     return dataclasses.replace(task, batch_size=batch_size) if isinstance(batch_size, int) else task
 
 
-def run(args: argparse.Namespace) -> int:
-    from tfgpu import choices, runtime
-    from tfgpu.loader import check_references
+def _options(args: argparse.Namespace) -> Any:
+    """The run's TrainOptions, checked (a file given as --checkpoint-dir, a count below 1)."""
+    from tfgpu.train import TrainOptions
 
-    check_references(args.task)  # said before TensorFlow's import
-    from tfgpu.train import Trainer, TrainOptions
-
-    runtime.configure(precision=args.precision)
-    task = load_task(args.task, batch_size=args.batch_size)
-    if args.data_service:
-        from tfgpu.train.inputs.adapters import Directory, of_task
-
-        if not isinstance(of_task(task.train_data, role="train_data"), Directory):
-            raise InputError(
-                "--data-service reads tfgpu dataset directories, but the Task's train_data is not one",
-                value=type(task.train_data).__name__,
-                fix="convert the data with tfgpu convert and set train_data to the directory",
-            )
-        task = dataclasses.replace(
-            task, pipeline=PipelineOptions.of(task.pipeline, service=args.data_service)
-        )
-        if args.data_service_timeout <= 0:
-            raise ConfigError(
-                "--data-service-timeout must be more than 0 seconds",
-                value=args.data_service_timeout,
-                fix="pass --data-service-timeout 60",
-            )
-        _watch_service(
-            args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir
-        )
-    options = TrainOptions.of(
+    return TrainOptions.of(
         tune=args.tune,
         tune_budget_s=args.tune_budget,
         auto_batch=args.batch_size == "auto",
@@ -233,8 +207,44 @@ def run(args: argparse.Namespace) -> int:
         devices_per_replica=args.devices_per_replica,
         micro_batches=args.micro_batches,
     )
-    trainer = Trainer(task, options=options, on_progress=_progress_printer(args.json))
+
+
+def _through_service(task: Any, args: argparse.Namespace) -> Any:
+    """``task`` reading its directory through the tf.data service at ``--data-service``."""
+    from tfgpu.train.inputs.adapters import Directory, of_task
+
+    if not isinstance(of_task(task.train_data, role="train_data"), Directory):
+        raise InputError(
+            "--data-service reads tfgpu dataset directories, but the Task's train_data is not one",
+            value=type(task.train_data).__name__,
+            fix="convert the data with tfgpu convert and set train_data to the directory",
+        )
+    task = dataclasses.replace(task, pipeline=PipelineOptions.of(task.pipeline, service=args.data_service))
+    if args.data_service_timeout <= 0:
+        raise ConfigError(
+            "--data-service-timeout must be more than 0 seconds",
+            value=args.data_service_timeout,
+            fix="pass --data-service-timeout 60",
+        )
+    _watch_service(args.data_service, timeout_s=args.data_service_timeout, checkpoint_dir=args.checkpoint_dir)
+    return task
+
+
+def run(args: argparse.Namespace) -> int:
+    from tfgpu import choices, runtime
+    from tfgpu.loader import check_references
+    from tfgpu.train import Trainer
+    from tfgpu.train.loop.training import check_length
+
+    check_references(args.task)  # these mistakes are said before TensorFlow's import
     epochs = None if args.steps is not None else (1 if args.epochs is None else args.epochs)
+    check_length(epochs=epochs, steps=args.steps, initial_epoch=0)
+    options = _options(args)
+    runtime.configure(precision=args.precision)
+    task = load_task(args.task, batch_size=args.batch_size)
+    if args.data_service:
+        task = _through_service(task, args)
+    trainer = Trainer(task, options=options, on_progress=_progress_printer(args.json))
     result = trainer.fit(epochs=epochs, steps=args.steps)
     summary = {**result.to_dict(), "choices": choices.as_dict()}
     if not trainer.is_chief:
