@@ -68,40 +68,38 @@ def test_doctor_does_not_initialize_tensorflow_in_the_caller():
 
 @pytest.mark.process
 def test_demo_runs_end_to_end(tmp_path):
-    done = run_cli(
+    """One demo, as a person runs it on an 80-column terminal: it talks from the start (issue 44),
+    says each phase as it starts, and shows only tfgpu's lines, none wider than the terminal; what
+    it did is its run record (run.json: what ``--json`` prints, with the per-step timelines; the
+    printing itself: test_demo_json_is_its_result_on_stdout_alone), and the report renders again
+    from it. (It ran twice, once with --json and once on a terminal: 124 s of CPU, now half.)"""
+    import tfgpu.quiet
+    from terminal import on_terminal
+    from tfgpu.cli._progress import PHASES
+    from tfgpu.report.runs import load_run
+
+    work = tmp_path / "demo"
+    seen = on_terminal(
         "demo",
         "--workdir",
-        str(tmp_path / "demo"),
+        str(work),
         "--report",
         str(tmp_path / "r.html"),
         "--epochs",
         "4",
-        "--json",
-        timeout=600,
-        env={"TFGPU_PROGRESS": "lines"},
+        cwd=str(tmp_path),
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    # issue 17: only tfgpu's lines, from this process and from every process it started; issue 44:
-    # each phase said as it starts (with --json only when TFGPU_PROGRESS asks: stdout is the JSON)
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert all(line.startswith("tfgpu demo: ") for line in lines), done.stderr[-3000:]
-    started = [line.split(": ", 2)[1] for line in lines if not any(c.isdigit() for c in line.split(":")[1])]
-    assert started == ["doctor", "data", "diagnose", "tune", "train", "predict", "report"], lines
-    data = json.loads(done.stdout)
-    assert data["ok"] and data["accuracy"] >= 0.6
-    assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))
-    assert data["diagnose"]["naive pipeline"]["bottleneck"] in ("input", "host", "device")
-    # issue 25: one step profile for both diagnoses (the same model, strategy and global batch), and
-    # training's steady state (epochs 2-4) is compared with diagnose of the same pipeline
-    naive, tuned = data["diagnose"]["naive pipeline"], data["diagnose"]["tfgpu.data.pipeline"]
-    assert naive["step"] and naive["step"] == tuned["step"]
-    assert data["training"]["steady"]["epochs"] == [2, 3, 4]
-    assert data["agreement"].startswith(("agree: ", "differ: ")), data["agreement"]
-    assert data["prediction"]["predicted_rows"] == 160
-    assert set(data["phases"]) == {"doctor", "data", "diagnose", "tune", "train", "predict", "report"}
-    tuning = data["training"]["tuning"]
-    assert tuning["trials"] and tuning["summary"].startswith("tfgpu tuned in") and tuning["reused"] is None
-    assert data["data"]["images_generated"] and data["data"]["shards_reused"] == 0
+    assert seen.returncode == 0, "\n".join(seen.lines)
+    assert seen.first_output_s < seen.total_s / 3, (seen.first_output_s, seen.total_s)
+    assert [line for line in seen.lines if tfgpu.quiet.is_noise(line)] == [], seen.lines
+    assert seen.wider_than_the_terminal() == [], seen.lines
+    # each phase's line, in order (a bar on a terminal: TFGPU_PROGRESS=lines gives plain lines)
+    phases = ["doctor", "data", "diagnose", "tune", "train", "predict", "report"]
+    first = [next((i for i, line in enumerate(seen.lines) if PHASES[p] in line), -1) for p in phases]
+    assert -1 not in first and first == sorted(first), seen.lines
+    record = load_run(work)
+    assert record["kind"] == "demo"
+    _check_demo_record(record["data"])
     page = (tmp_path / "r.html").read_text()
     for section in (
         "Environment",
@@ -113,24 +111,61 @@ def test_demo_runs_end_to_end(tmp_path):
     ):
         assert f">{section}<" in page
     assert page.count("data:image/png;base64,") >= 9
-    # issue 44: again, on an 80-column terminal as a person sees it (its data cached by the run
-    # above): it talks from the start, and only tfgpu's lines, none wider than the terminal
-    import tfgpu.quiet
-    from terminal import on_terminal
-
-    seen = on_terminal("demo", "--workdir", str(tmp_path / "demo"), "--epochs", "4", cwd=str(tmp_path))
-    assert seen.returncode == 0, "\n".join(seen.lines)
-    assert seen.first_output_s < seen.total_s / 3, (seen.first_output_s, seen.total_s)
-    assert [line for line in seen.lines if tfgpu.quiet.is_noise(line)] == [], seen.lines
-    assert seen.wider_than_the_terminal() == [], seen.lines
     # the same report renders again from the recorded run
-    again = run_cli("report", str(tmp_path / "demo"), "--output", str(tmp_path / "again.html"))
+    again = run_cli("report", str(work), "--output", str(tmp_path / "again.html"))
     assert again.returncode == 0, again.stderr
     rendered = (tmp_path / "again.html").read_text()
     for section in ("Environment", "Bottleneck: naive pipeline", "Training", "Prediction"):
         assert f">{section}<" in rendered
     missing = run_cli("report", str(tmp_path))
     assert missing.returncode == 2 and "No tfgpu run record" in missing.stderr
+
+
+def _check_demo_record(data: dict) -> None:
+    """What a demo's run found, as ``tfgpu demo --json`` prints it (less the timelines)."""
+    assert data["ok"] and data["accuracy"] >= 0.6
+    assert data["choices"]["strategy"]["value"].startswith(("MirroredStrategy", "OneDeviceStrategy"))
+    assert data["diagnose"]["naive pipeline"]["bottleneck"] in ("input", "host", "device")
+    # issue 25: one step profile for both diagnoses (the same model, strategy and global batch), and
+    # training's steady state (epochs 2-4) is compared with diagnose of the same pipeline
+    naive, tuned = data["diagnose"]["naive pipeline"], data["diagnose"]["tfgpu.data.pipeline"]
+    assert naive["step"] and naive["step"] == tuned["step"]
+    assert data["training"]["steady"]["epochs"] == [2, 3, 4]
+    assert data["agreement"].startswith(("agree: ", "differ: ")), data["agreement"]
+    assert data["prediction"]["predicted_rows"] == 160
+    # the seconds of each phase (the record is written as the report phase starts; --json has all)
+    assert set(data["phases"]) >= {"doctor", "data", "diagnose", "tune", "train", "predict"}
+    tuning = data["training"]["tuning"]
+    assert tuning["trials"] and tuning["summary"].startswith("tfgpu tuned in") and tuning["reused"] is None
+    assert data["data"]["images_generated"] and data["data"]["shards_reused"] == 0
+
+
+def test_demo_json_is_its_result_on_stdout_alone(monkeypatch, capsys):
+    """``tfgpu demo --json``: one JSON object on stdout, the result's summary (``to_dict()``, the
+    record less the per-step timelines), exit 0 when the demo's model learned, 1 when not; with
+    TFGPU_PROGRESS=lines each phase is said on stderr, and stdout stays the JSON."""
+    import tfgpu.demo
+    from tfgpu.cli import main
+
+    class Result:
+        def __init__(self, ok):
+            self.ok = ok
+
+        def to_dict(self):
+            return {"ok": self.ok, "accuracy": 0.9 if self.ok else 0.2, "training": {"steady": None}}
+
+    def run_demo(*, workdir, report, epochs, progress):
+        for phase in ("doctor", "data"):
+            progress(phase, 0, 0)
+        return Result(ok=epochs == 4)
+
+    monkeypatch.setattr(tfgpu.demo, "run_demo", run_demo)
+    monkeypatch.setenv("TFGPU_PROGRESS", "lines")
+    for epochs, status in (("4", 0), ("1", 1)):
+        assert main(["demo", "--json", "--epochs", epochs]) == status
+        out, err = capsys.readouterr()
+        assert json.loads(out) == Result(ok=status == 0).to_dict()
+        assert [line.split(": ")[1] for line in err.splitlines() if line.strip()][:2] == ["doctor", "data"]
 
 
 @pytest.mark.process
