@@ -219,21 +219,14 @@ def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(mon
 
     from tfgpu.train.model import proof
 
-    stepper = proof._replicas_step
+    def out_of_memory(one, model):
+        def step(batch):
+            raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,4]")
 
-    def out_of_memory(strategy, model, batch):
-        if strategy.num_replicas_in_sync == 1:
-
-            def step(batch):
-                raise tf.errors.ResourceExhaustedError(
-                    None, None, "OOM when allocating tensor with shape[4,4]"
-                )
-
-            return step
-        return stepper(strategy, model, batch)
+        return step
 
     x, y = normal_rows()
-    monkeypatch.setattr(proof, "_replicas_step", out_of_memory)
+    monkeypatch.setattr(proof, "_one_device_step", out_of_memory)
     with local_strategy(2).scope():
         model = small_regression("mse")
     history = tfgpu.fit(model, x, y, **FIT_48)
