@@ -193,3 +193,26 @@ def test_the_let_go_thread_drops_what_it_is_handed_while_the_caller_goes_on():
     assert not letting_go.wait(0.05)  # still deleting; the caller is here, not waiting
     may_finish.set()
     assert letting_go.wait(CEILING_S)
+
+
+@pytest.mark.process
+def test_a_process_ends_after_the_drops_it_handed_over_not_inside_one():
+    """Python's finalization ends a daemon thread inside TensorFlow's C++ with a forced unwind (a
+    ``tfgpu train`` died with "FATAL: exception not rethrown", an XLA script with SIGSEGV, in the
+    full suite): a process that ends with a drop under way waits for it, and exits 0."""
+    import subprocess
+    import sys
+
+    child = (
+        "import time\n"
+        "from tfgpu import letting_go\n"
+        "class Slow:\n"
+        "    def __del__(self):\n"
+        "        time.sleep(1.0)\n"
+        "        print('dropped', flush=True)\n"
+        "letting_go.let_go([Slow()])\n"
+        "print('exiting', flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=CEILING_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["exiting", "dropped"], done.stdout + done.stderr
