@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tfgpu import graphs, letting_go
+from tfgpu import graphs
 from tfgpu.train.pieces import accumulation, losses, model_cache, stopping
 
 
@@ -472,13 +472,14 @@ def rate(
     steps = max(k, steps // k * k)
     if max_steps is not None:
         steps = max(k, min(steps, (max_steps - k) // k * k))
-    held = [fresh()]  # the iterators, dropped off this thread when timed (tfgpu.letting_go)
-    timed(execute, held[0], steps=k, per_call=k)
-    seconds, _, outputs = timed(execute, held[0], steps=steps, per_call=k)
+    # the iterators are deleted here, not on tfgpu.letting_go's thread: a deletion there ran
+    # beside the next measurement and slowed it (the tuner's calibration read a dispatch-bound
+    # model's rate low enough that its ladder stopped at 4 steps a call, not 16)
+    iterator = fresh()
+    timed(execute, iterator, steps=k, per_call=k)
+    seconds, _, outputs = timed(execute, iterator, steps=steps, per_call=k)
     if not examples(outputs):  # the data ended in the untimed call: time a fresh pass
-        held.append(fresh())
-        seconds, _, outputs = timed(execute, held[-1], steps=steps, per_call=k)
-    letting_go.let_go(held)
+        seconds, _, outputs = timed(execute, fresh(), steps=steps, per_call=k)
     logs = outputs[-1].logs
     loss = float(logs["loss"]) if isinstance(logs, dict) and "loss" in logs else float("nan")
     rows = examples(outputs)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tfgpu import choices, letting_go
+from tfgpu import choices
 from tfgpu.train.loop.setup import Setup
 from tfgpu.train.model import placement
 from tfgpu.train.pieces import tuned as result
@@ -127,12 +127,11 @@ class Session:
         compile that never ends, as XLA's on a GPU without its PTX compiler, is left behind),
         then a steady call timed alone."""
         execute, fresh, _ = self._execution(config)
-        held, k = [fresh()], config.steps_per_execution  # dropped off this thread (tfgpu.letting_go)
-        execution.traced(execute, held[0], per_call=k)
+        iterator, k = fresh(), config.steps_per_execution  # deleted here, as in execution.rate
+        execution.traced(execute, iterator, per_call=k)
         with _out_of_memory_said():
-            first, _, _ = boxed(lambda: execution.timed(execute, held[0], steps=k, per_call=k), box_s)
-            steady, _, _ = execution.timed(execute, held[0], steps=k, per_call=k)
-        letting_go.let_go(held)
+            first, _, _ = boxed(lambda: execution.timed(execute, iterator, steps=k, per_call=k), box_s)
+            steady, _, _ = execution.timed(execute, iterator, steps=k, per_call=k)
         return max(0.0, first - steady)
 
     def _execution(self, config: Config) -> tuple[Any, Any, int | None]:
