@@ -219,14 +219,19 @@ def test_a_model_one_device_cannot_hold_twice_is_said_not_checked_and_trains(mon
 
     from tfgpu.train.model import proof
 
-    def out_of_memory(one, model):
+    stepper = proof._eager_step
+
+    def out_of_memory(strategy, model):
+        if strategy.num_replicas_in_sync > 1:
+            return stepper(strategy, model)
+
         def step(batch):
             raise tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor with shape[4,4]")
 
         return step
 
     x, y = normal_rows()
-    monkeypatch.setattr(proof, "_one_device_step", out_of_memory)
+    monkeypatch.setattr(proof, "_eager_step", out_of_memory)
     with local_strategy(2).scope():
         model = small_regression("mse")
     history = tfgpu.fit(model, x, y, **FIT_48)

@@ -103,7 +103,7 @@ class Input:
         if self.steps_per_epoch is not None:  # one iterator over the epochs, from ``epoch`` on
             if self._live is not None and self._live[1:] == (epoch, step):
                 return self._live[0], 0
-            letting_go.let_go_of(self, "_live")  # the old iterator and its prefetch threads go first
+            letting_go.let_go_of(self, "_live")  # the old iterator, handed off before a new one is made
             step = self._start(epoch, step)
         return iter(self.built(epoch)), step
 
